@@ -1,0 +1,5 @@
+//! Client connections: frames in, ordered replies out.
+
+mod session;
+
+pub use session::{Target, serve};

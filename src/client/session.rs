@@ -1,0 +1,225 @@
+//! One client connection, from accept to close.
+//!
+//! Requests are read and forwarded as they arrive, many in flight. For each request that expects
+//! an answer, a reply slot joins a queue in request order; the writer sends replies from the
+//! front of that queue as they complete, so the client sees answers in the order it asked even
+//! when later parts finish first. A malformed frame ends only this connection, with one log
+//! line and a metric.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::FramedRead;
+use tracing::{debug, warn};
+
+use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
+use crate::protocol::header::{Malformed, RequestHead};
+use crate::proxy::Proxy;
+use crate::route::{Plan, plan};
+use crate::upstream::{Outbound, PendingReply, Reply, Upstream, UpstreamGone};
+
+/// Which kroute listener a client connected to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The bootstrap address: any broker will do.
+    Bootstrap,
+    /// The address that stands for this node id.
+    Broker(i32),
+}
+
+/// A reply in request order: already known, or still coming from upstream.
+enum Slot {
+    Ready {
+        api_key: i16,
+        payload: Bytes,
+    },
+    Waiting {
+        api_key: i16,
+        reply: oneshot::Receiver<Reply>,
+    },
+}
+
+/// Why kroute closed a client connection.
+#[derive(Debug, thiserror::Error)]
+enum ClientError {
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error(transparent)]
+    Header(#[from] Malformed),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamGone),
+}
+
+/// Keeps the active-connections gauge honest however the session ends.
+struct ActiveConnection<'a>(&'a Proxy);
+
+impl Drop for ActiveConnection<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.connections_active.decrement(1.0);
+    }
+}
+
+/// Serves one client connection until either side closes it.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, target: Target, proxy: Arc<Proxy>) {
+    proxy.metrics.connections_accepted.increment(1);
+    proxy.metrics.connections_active.increment(1.0);
+    let _active = ActiveConnection(&proxy);
+
+    let upstream = match connect_upstream(&proxy, target).await {
+        Ok(u) => u,
+        Err(why) => {
+            proxy.metrics.upstream_unavailable.increment(1);
+            warn!(%peer, ?target, "closing client connection: no upstream broker: {why}");
+            return;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let (slots_tx, slots_rx) = mpsc::channel(proxy.config.limits.max_in_flight_per_connection);
+
+    tokio::select! {
+        read = read_requests(rd, &upstream, slots_tx, &proxy) => match read {
+            Ok(()) => debug!(%peer, "client closed the connection"),
+            Err(ClientError::Upstream(_)) => debug!(%peer, "upstream went away"),
+            Err(e) => {
+                count_protocol_error(&proxy, &e);
+                warn!(%peer, ?target, "closing client connection: {e}");
+            }
+        },
+        written = write_replies(wr, slots_rx, &proxy) => {
+            if let Err(e) = written {
+                debug!(%peer, "client connection ended while replying: {e}");
+            }
+        }
+    }
+}
+
+fn count_protocol_error(proxy: &Proxy, e: &ClientError) {
+    let errors = &proxy.metrics.protocol_errors;
+    match e {
+        ClientError::Frame(FrameError::NegativeSize(_)) => errors.negative_size.increment(1),
+        ClientError::Frame(FrameError::TooLarge { .. }) => errors.oversize.increment(1),
+        ClientError::Frame(FrameError::Truncated(_)) => errors.truncated.increment(1),
+        ClientError::Header(_) => errors.bad_header.increment(1),
+        ClientError::Frame(FrameError::Io(_)) | ClientError::Upstream(_) => {}
+    }
+}
+
+/// Opens the upstream connection this client's requests go to.
+async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream, String> {
+    match target {
+        Target::Broker(node_id) => {
+            let addr = proxy
+                .cluster
+                .address(node_id)
+                .ok_or_else(|| format!("broker {node_id} is not in the cluster"))?;
+            Upstream::connect(proxy, node_id, &addr)
+                .await
+                .map_err(|e| format!("broker {node_id} at {addr}: {e}"))
+        }
+        Target::Bootstrap => {
+            let mut errors = Vec::new();
+            for addr in proxy
+                .cluster
+                .bootstrap_candidates(&proxy.config.upstream.bootstrap_servers)
+            {
+                let node_id = proxy.cluster.node_id_of(&addr).unwrap_or(-1);
+                match Upstream::connect(proxy, node_id, &addr).await {
+                    Ok(u) => return Ok(u),
+                    Err(e) => errors.push(format!("{addr}: {e}")),
+                }
+            }
+            Err(errors.join("; "))
+        }
+    }
+}
+
+async fn read_requests(
+    rd: OwnedReadHalf,
+    upstream: &Upstream,
+    slots: mpsc::Sender<Slot>,
+    proxy: &Proxy,
+) -> Result<(), ClientError> {
+    let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
+    let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
+    while let Some(frame) = frames.next().await {
+        let frame = frame?;
+        let head = RequestHead::parse(&frame)?;
+        let api = proxy.metrics.api(head.api_key);
+        api.requests.increment(1);
+        api.request_bytes.increment(4 + frame.len() as u64);
+        match plan(&head, &frame)? {
+            Plan::ForwardNoReply => {
+                upstream
+                    .send(Outbound {
+                        frame,
+                        pending: None,
+                    })
+                    .await?;
+            }
+            Plan::Answer(payload) => {
+                let slot = Slot::Ready {
+                    api_key: head.api_key,
+                    payload,
+                };
+                slots.send(slot).await.map_err(|_| UpstreamGone)?;
+            }
+            Plan::Forward => {
+                let (tx, rx) = oneshot::channel();
+                let slot = Slot::Waiting {
+                    api_key: head.api_key,
+                    reply: rx,
+                };
+                // The slot is queued before the request leaves, so replies keep request order.
+                slots.send(slot).await.map_err(|_| UpstreamGone)?;
+                let pending = PendingReply {
+                    api_key: head.api_key,
+                    api_version: head.api_version,
+                    correlation_id: head.correlation_id,
+                    reply: tx,
+                };
+                upstream
+                    .send(Outbound {
+                        frame,
+                        pending: Some(pending),
+                    })
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn write_replies(
+    wr: OwnedWriteHalf,
+    mut slots: mpsc::Receiver<Slot>,
+    proxy: &Proxy,
+) -> Result<(), ClientError> {
+    let mut out = BufWriter::with_capacity(64 * 1024, wr);
+    while let Some(slot) = slots.recv().await {
+        let (api_key, payload) = match slot {
+            Slot::Ready { api_key, payload } => (api_key, payload),
+            Slot::Waiting { api_key, reply } => (api_key, reply.await.map_err(|_| UpstreamGone)??),
+        };
+        proxy
+            .metrics
+            .api(api_key)
+            .response_bytes
+            .increment(4 + payload.len() as u64);
+        out.write_all(&size_prefix(payload.len()))
+            .await
+            .map_err(FrameError::Io)?;
+        out.write_all(&payload).await.map_err(FrameError::Io)?;
+        if slots.is_empty() {
+            out.flush().await.map_err(FrameError::Io)?;
+        }
+    }
+    out.flush().await.map_err(FrameError::Io)?;
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! kroute's view of the real cluster: which brokers exist and where they really are.
+//!
+//! Two sources feed it. kroute's own periodic Metadata request is authoritative: brokers it no
+//! longer lists are dropped. Addresses seen in responses relayed to clients only add or update
+//! brokers, so a broker that joins gets a listener as soon as any client learns of it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use dashmap::DashMap;
+use futures_util::StreamExt;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::codec::FramedRead;
+
+use crate::protocol::frame::{FrameCodec, size_prefix};
+use crate::protocol::header::{response_correlation_id, split_response};
+use crate::rewrite::SeenBroker;
+
+/// Shared, concurrently readable map of node id to real `host:port`.
+pub struct ClusterView {
+    brokers: DashMap<i32, String>,
+    changes: watch::Sender<u64>,
+    refreshed_once: AtomicBool,
+    next_bootstrap: AtomicUsize,
+}
+
+impl Default for ClusterView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClusterView {
+    pub fn new() -> Self {
+        Self {
+            brokers: DashMap::new(),
+            changes: watch::channel(0).0,
+            refreshed_once: AtomicBool::new(false),
+            next_bootstrap: AtomicUsize::new(0),
+        }
+    }
+
+    /// The real address of broker `node_id`.
+    pub fn address(&self, node_id: i32) -> Option<String> {
+        self.brokers.get(&node_id).map(|a| a.clone())
+    }
+
+    /// The node id whose real address is `addr`, if any.
+    pub fn node_id_of(&self, addr: &str) -> Option<i32> {
+        self.brokers
+            .iter()
+            .find(|e| e.value() == addr)
+            .map(|e| *e.key())
+    }
+
+    /// Known node ids, ascending.
+    pub fn node_ids(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self.brokers.iter().map(|e| *e.key()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// True once kroute's own metadata request has succeeded.
+    pub fn is_ready(&self) -> bool {
+        self.refreshed_once.load(Ordering::Relaxed)
+    }
+
+    /// Wakes whenever the set of brokers or their addresses change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// Adds or updates brokers seen in a relayed response.
+    pub fn observe(&self, seen: &[SeenBroker]) {
+        let mut changed = false;
+        for (id, host, port) in seen {
+            let addr = join_host_port(host, *port);
+            if self.brokers.get(id).is_some_and(|a| *a == addr) {
+                continue;
+            }
+            self.brokers.insert(*id, addr);
+            changed = true;
+        }
+        if changed {
+            self.changed();
+        }
+    }
+
+    /// Replaces the whole broker set with the result of kroute's own metadata request.
+    pub fn replace(&self, brokers: BTreeMap<i32, String>) {
+        let current: BTreeMap<i32, String> = self
+            .brokers
+            .iter()
+            .map(|e| (*e.key(), e.value().clone()))
+            .collect();
+        self.refreshed_once.store(true, Ordering::Relaxed);
+        if current == brokers {
+            return;
+        }
+        self.brokers.retain(|id, _| brokers.contains_key(id));
+        for (id, addr) in brokers {
+            self.brokers.insert(id, addr);
+        }
+        self.changed();
+    }
+
+    /// Upstream addresses to try for a bootstrap connection, rotating the starting point so
+    /// bootstrap traffic spreads over the brokers. Configured servers come last as a fallback.
+    pub fn bootstrap_candidates(&self, configured: &[String]) -> Vec<String> {
+        let mut known: Vec<String> = self
+            .node_ids()
+            .into_iter()
+            .filter_map(|id| self.address(id))
+            .collect();
+        if !known.is_empty() {
+            let start = self.next_bootstrap.fetch_add(1, Ordering::Relaxed) % known.len();
+            known.rotate_left(start);
+        }
+        for c in configured {
+            if !known.contains(c) {
+                known.push(c.clone());
+            }
+        }
+        known
+    }
+}
+
+fn join_host_port(host: &str, port: i32) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Metadata version kroute asks with: present in Kafka 3.x and 4.x.
+const METADATA_VERSION: i16 = 12;
+
+/// Asks one broker for the broker list (no topics).
+pub async fn fetch_brokers(
+    addr: &str,
+    timeout: Duration,
+    max_frame_bytes: usize,
+) -> anyhow::Result<BTreeMap<i32, String>> {
+    tokio::time::timeout(timeout, async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Metadata as i16)
+            .with_request_api_version(METADATA_VERSION)
+            .with_correlation_id(1)
+            .with_client_id(Some(StrBytes::from_static_str("kroute-metadata")));
+        let request = MetadataRequest::default().with_topics(Some(vec![]));
+        let mut payload = BytesMut::new();
+        header.encode(
+            &mut payload,
+            ApiKey::Metadata.request_header_version(METADATA_VERSION),
+        )?;
+        request.encode(&mut payload, METADATA_VERSION)?;
+        stream.write_all(&size_prefix(payload.len())).await?;
+        stream.write_all(&payload).await?;
+
+        let mut frames = FramedRead::new(stream, FrameCodec::new(max_frame_bytes));
+        let frame = frames
+            .next()
+            .await
+            .ok_or_else(|| anyhow::anyhow!("connection closed before the metadata response"))??;
+        anyhow::ensure!(
+            response_correlation_id(&frame)? == 1,
+            "unexpected correlation id"
+        );
+        let (_, mut body) = split_response(
+            &frame,
+            ApiKey::Metadata.response_header_version(METADATA_VERSION),
+        )?;
+        let response = MetadataResponse::decode(&mut body, METADATA_VERSION)?;
+        let brokers: BTreeMap<i32, String> = response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, join_host_port(b.host.as_str(), b.port)))
+            .collect();
+        anyhow::ensure!(!brokers.is_empty(), "metadata lists no brokers");
+        Ok(brokers)
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("timed out after {timeout:?}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observe_adds_and_replace_removes() {
+        let view = ClusterView::new();
+        let rx = view.subscribe();
+        view.observe(&[(1, "h".into(), 1), (2, "h".into(), 2)]);
+        assert_eq!(view.node_ids(), vec![1, 2]);
+        assert!(rx.has_changed().unwrap());
+        assert!(!view.is_ready());
+
+        let mut rx = view.subscribe();
+        view.observe(&[(1, "h".into(), 1)]);
+        assert!(!rx.has_changed().unwrap(), "no change, no wake-up");
+
+        view.replace(BTreeMap::from([(2, "h:2".into()), (3, "h:3".into())]));
+        assert_eq!(view.node_ids(), vec![2, 3]);
+        assert!(view.is_ready());
+        assert!(rx.has_changed().unwrap());
+        rx.mark_unchanged();
+        assert_eq!(view.address(3).as_deref(), Some("h:3"));
+    }
+
+    #[test]
+    fn bootstrap_candidates_rotate_and_fall_back() {
+        let view = ClusterView::new();
+        let configured = vec!["seed:1".to_string()];
+        assert_eq!(view.bootstrap_candidates(&configured), vec!["seed:1"]);
+        view.replace(BTreeMap::from([(1, "a:1".into()), (2, "b:2".into())]));
+        let first = view.bootstrap_candidates(&configured);
+        let second = view.bootstrap_candidates(&configured);
+        assert_ne!(first[0], second[0]);
+        assert_eq!(first.last().map(String::as_str), Some("seed:1"));
+    }
+
+    #[test]
+    fn ipv6_hosts_are_bracketed() {
+        assert_eq!(join_host_port("::1", 9), "[::1]:9");
+        assert_eq!(join_host_port("a", 9), "a:9");
+    }
+}

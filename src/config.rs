@@ -1,0 +1,322 @@
+//! `proxy.toml`: what kroute listens on, which cluster it fronts, and its limits.
+//!
+//! Every section and key is optional except `upstream.bootstrap_servers`; unknown keys are
+//! errors, so a typo never silently falls back to a default. [`Config::load`] returns an error
+//! that names the offending key and says what is wrong with it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub listen: ListenConfig,
+    pub upstream: UpstreamConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// Where clients reach kroute.
+///
+/// The bootstrap port is what clients put in `bootstrap.servers`. Every broker of the cluster gets
+/// its own port, `broker_port_base + node_id`, so a node id always maps to the same kroute
+/// address and clients can cache it across kroute restarts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenConfig {
+    /// Interface the listeners bind to.
+    #[serde(default = "default_bind_host")]
+    pub bind_host: String,
+    /// Host written into every response that carries a broker address (what clients dial).
+    #[serde(default = "default_advertised_host")]
+    pub advertised_host: String,
+    #[serde(default = "default_bootstrap_port")]
+    pub bootstrap_port: u16,
+    #[serde(default = "default_broker_port_base")]
+    pub broker_port_base: u16,
+}
+
+/// The real cluster behind kroute.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `host:port` of one or more brokers, used to learn the cluster.
+    pub bootstrap_servers: Vec<String>,
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// How often kroute refreshes its own view of the brokers.
+    #[serde(default = "default_metadata_refresh_ms")]
+    pub metadata_refresh_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest frame accepted from a client or a broker (Kafka's socket.request.max.bytes).
+    #[serde(default = "default_max_frame_bytes")]
+    pub max_frame_bytes: usize,
+    /// Requests one client connection may have in flight before kroute stops reading from it.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight_per_connection: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// `host:port` of the HTTP endpoint serving /metrics, /health and /ready.
+    #[serde(default = "default_admin_listen")]
+    pub listen: String,
+}
+
+fn default_bind_host() -> String {
+    "127.0.0.1".into()
+}
+fn default_advertised_host() -> String {
+    "127.0.0.1".into()
+}
+fn default_bootstrap_port() -> u16 {
+    9092
+}
+fn default_broker_port_base() -> u16 {
+    9100
+}
+fn default_connect_timeout_ms() -> u64 {
+    5_000
+}
+fn default_metadata_refresh_ms() -> u64 {
+    10_000
+}
+fn default_max_frame_bytes() -> usize {
+    100 * 1024 * 1024
+}
+fn default_max_in_flight() -> usize {
+    1024
+}
+fn default_admin_listen() -> String {
+    "127.0.0.1:9644".into()
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            bind_host: default_bind_host(),
+            advertised_host: default_advertised_host(),
+            bootstrap_port: default_bootstrap_port(),
+            broker_port_base: default_broker_port_base(),
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: default_max_frame_bytes(),
+            max_in_flight_per_connection: default_max_in_flight(),
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_admin_listen(),
+        }
+    }
+}
+
+/// A configuration problem, phrased for the person editing the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: key `{key}`: {problem}")]
+    Invalid {
+        path: String,
+        key: &'static str,
+        problem: String,
+    },
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::parse(&text, &shown)
+    }
+
+    /// Parses and validates config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            // toml's message already names the key, the line and what was expected.
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, problem: String| ConfigError::Invalid {
+            path: origin.to_string(),
+            key,
+            problem,
+        };
+        if self.upstream.bootstrap_servers.is_empty() {
+            return Err(invalid(
+                "upstream.bootstrap_servers",
+                "needs at least one host:port".into(),
+            ));
+        }
+        for server in &self.upstream.bootstrap_servers {
+            if split_host_port(server).is_none() {
+                return Err(invalid(
+                    "upstream.bootstrap_servers",
+                    format!("`{server}` is not host:port"),
+                ));
+            }
+        }
+        if self.listen.advertised_host.trim().is_empty() {
+            return Err(invalid(
+                "listen.advertised_host",
+                "must not be empty".into(),
+            ));
+        }
+        if self.listen.bind_host.trim().is_empty() {
+            return Err(invalid("listen.bind_host", "must not be empty".into()));
+        }
+        if self.listen.broker_port_base == 0 {
+            return Err(invalid(
+                "listen.broker_port_base",
+                "must be a port number above 0".into(),
+            ));
+        }
+        if self.upstream.connect_timeout_ms == 0 {
+            return Err(invalid(
+                "upstream.connect_timeout_ms",
+                "must be above 0".into(),
+            ));
+        }
+        if self.upstream.metadata_refresh_ms < 100 {
+            return Err(invalid(
+                "upstream.metadata_refresh_ms",
+                "must be at least 100".into(),
+            ));
+        }
+        if self.limits.max_frame_bytes < 1024 || self.limits.max_frame_bytes > i32::MAX as usize {
+            return Err(invalid(
+                "limits.max_frame_bytes",
+                format!("must be between 1024 and {}", i32::MAX),
+            ));
+        }
+        if self.limits.max_in_flight_per_connection == 0 {
+            return Err(invalid(
+                "limits.max_in_flight_per_connection",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.admin.listen.parse::<SocketAddr>().is_err() {
+            return Err(invalid(
+                "admin.listen",
+                format!("`{}` is not an ip:port socket address", self.admin.listen),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.connect_timeout_ms)
+    }
+
+    pub fn metadata_refresh(&self) -> Duration {
+        Duration::from_millis(self.upstream.metadata_refresh_ms)
+    }
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets) into its parts.
+pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || port == 0 {
+        return None;
+    }
+    Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[upstream]\nbootstrap_servers = [\"127.0.0.1:19092\"]\n";
+
+    #[test]
+    fn minimal_config_takes_defaults() {
+        let c = Config::parse(MINIMAL, "t").unwrap();
+        assert_eq!(c.listen.bootstrap_port, 9092);
+        assert_eq!(c.limits.max_frame_bytes, 100 * 1024 * 1024);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let text = format!("{MINIMAL}[listen]\nbootstrap_prot = 1\n");
+        let err = Config::parse(&text, "t").unwrap_err().to_string();
+        assert!(err.contains("bootstrap_prot"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            (
+                "[upstream]\nbootstrap_servers = []\n",
+                "upstream.bootstrap_servers",
+            ),
+            (
+                "[upstream]\nbootstrap_servers = [\"nohost\"]\n",
+                "upstream.bootstrap_servers",
+            ),
+            (
+                &format!("{MINIMAL}[limits]\nmax_frame_bytes = 10\n"),
+                "limits.max_frame_bytes",
+            ),
+            (
+                &format!("{MINIMAL}[admin]\nlisten = \"localhost\"\n"),
+                "admin.listen",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = Config::parse(text, "t").unwrap_err().to_string();
+            assert!(err.contains(key), "expected {key} in: {err}");
+        }
+    }
+
+    #[test]
+    fn wrong_type_is_reported_with_key() {
+        let text = format!("{MINIMAL}[listen]\nbootstrap_port = \"x\"\n");
+        let err = Config::parse(&text, "t").unwrap_err().to_string();
+        assert!(err.contains("bootstrap_port"), "{err}");
+    }
+
+    #[test]
+    fn host_port_split() {
+        assert_eq!(split_host_port("a:1"), Some(("a", 1)));
+        assert_eq!(split_host_port("[::1]:9"), Some(("::1", 9)));
+        assert_eq!(split_host_port("a"), None);
+        assert_eq!(split_host_port(":5"), None);
+    }
+}

@@ -1,0 +1,19 @@
+//! kroute: a Kafka wire-protocol proxy.
+//!
+//! The path of one request, one module each:
+//! [`listener`] accepts -> [`client`] reads frames and keeps replies in order -> [`route`]
+//! decides what the request needs -> [`upstream`] sends it to the broker and matches the answer
+//! -> [`rewrite`] replaces broker addresses -> back to [`client`].
+//! Shared by all connections: [`cluster`] (the brokers), [`metrics`], [`config`].
+
+pub mod admin;
+pub mod client;
+pub mod cluster;
+pub mod config;
+pub mod listener;
+pub mod metrics;
+pub mod protocol;
+pub mod proxy;
+pub mod rewrite;
+pub mod route;
+pub mod upstream;

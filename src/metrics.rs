@@ -1,0 +1,189 @@
+//! Metrics as pre-registered, typed handles.
+//!
+//! Label lookups cost 100-200 ns per update; a held handle about 14 ns. So every series a hot
+//! path touches is registered once (per API key at startup, per broker when the broker is first
+//! seen) and the data path only increments handles it already holds.
+
+use std::sync::{Arc, OnceLock};
+
+use dashmap::DashMap;
+use kafka_protocol::messages::ApiKey;
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+/// Name of the upstream latency histogram (its buckets are set when the exporter is installed).
+pub const UPSTREAM_LATENCY: &str = "kroute_upstream_request_duration_seconds";
+
+/// Bucket bounds in seconds: sub-millisecond loopback answers up to long-poll fetches.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+];
+
+/// Largest API key kroute keeps per-API series for; higher keys count as "unknown".
+const API_SLOTS: usize = 128;
+
+/// Counters for one API key.
+pub struct ApiMetrics {
+    pub requests: Counter,
+    pub request_bytes: Counter,
+    pub response_bytes: Counter,
+}
+
+/// Counters for one upstream broker, and lazily registered latency histograms per API.
+pub struct BrokerMetrics {
+    node: String,
+    pub connect_failures: Counter,
+    pub disconnects: Counter,
+    latency: Vec<OnceLock<Histogram>>,
+}
+
+impl BrokerMetrics {
+    /// The latency histogram for requests of `api_key` sent to this broker.
+    pub fn latency(&self, api_key: i16) -> &Histogram {
+        let slot = api_slot(api_key);
+        self.latency[slot].get_or_init(|| {
+            histogram!(UPSTREAM_LATENCY, "broker" => self.node.clone(), "api" => api_name(api_key))
+        })
+    }
+}
+
+/// Reasons a client connection is closed by kroute.
+pub struct ProtocolErrors {
+    pub negative_size: Counter,
+    pub oversize: Counter,
+    pub truncated: Counter,
+    pub bad_header: Counter,
+}
+
+/// Everything kroute exports, as handles.
+pub struct Metrics {
+    pub connections_accepted: Counter,
+    pub connections_active: Gauge,
+    pub upstream_unavailable: Counter,
+    pub protocol_errors: ProtocolErrors,
+    pub rewrite_errors: Counter,
+    pub upstream_protocol_errors: Counter,
+    pub brokers_known: Gauge,
+    pub metadata_refresh_failures: Counter,
+    apis: Vec<ApiMetrics>,
+    brokers: DashMap<i32, Arc<BrokerMetrics>>,
+}
+
+fn api_slot(api_key: i16) -> usize {
+    usize::try_from(api_key)
+        .ok()
+        .filter(|k| *k < API_SLOTS)
+        .unwrap_or(API_SLOTS)
+}
+
+/// Label value for an API key: kafka-protocol's name, or "unknown".
+pub fn api_name(api_key: i16) -> &'static str {
+    match ApiKey::try_from(api_key) {
+        Ok(k) => api_key_name(k),
+        Err(_) => "unknown",
+    }
+}
+
+fn api_key_name(k: ApiKey) -> &'static str {
+    // Debug names are the Kafka names ("Produce", "Metadata", ...); leak once per key at startup.
+    static NAMES: OnceLock<Vec<(i16, &'static str)>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        ApiKey::iter()
+            .map(|k| (k as i16, &*Box::leak(format!("{k:?}").into_boxed_str())))
+            .collect()
+    });
+    names
+        .iter()
+        .find(|(key, _)| *key == k as i16)
+        .map(|(_, n)| *n)
+        .unwrap_or("unknown")
+}
+
+impl Metrics {
+    /// Registers every fixed series. Call after the recorder is installed.
+    pub fn new() -> Self {
+        let apis = (0..=API_SLOTS)
+            .map(|slot| {
+                let name = if slot == API_SLOTS {
+                    "unknown"
+                } else {
+                    api_name(slot as i16)
+                };
+                ApiMetrics {
+                    requests: counter!("kroute_requests_total", "api" => name),
+                    request_bytes: counter!("kroute_request_bytes_total", "api" => name),
+                    response_bytes: counter!("kroute_response_bytes_total", "api" => name),
+                }
+            })
+            .collect();
+        let error = |reason: &'static str| counter!("kroute_client_protocol_errors_total", "reason" => reason);
+        Self {
+            connections_accepted: counter!("kroute_client_connections_total"),
+            connections_active: gauge!("kroute_client_connections_active"),
+            upstream_unavailable: counter!("kroute_upstream_unavailable_total"),
+            protocol_errors: ProtocolErrors {
+                negative_size: error("negative_size"),
+                oversize: error("oversize"),
+                truncated: error("truncated"),
+                bad_header: error("bad_header"),
+            },
+            rewrite_errors: counter!("kroute_rewrite_errors_total"),
+            upstream_protocol_errors: counter!("kroute_upstream_protocol_errors_total"),
+            brokers_known: gauge!("kroute_brokers_known"),
+            metadata_refresh_failures: counter!("kroute_metadata_refresh_failures_total"),
+            apis,
+            brokers: DashMap::new(),
+        }
+    }
+
+    /// Per-API counters; unknown keys share one series.
+    pub fn api(&self, api_key: i16) -> &ApiMetrics {
+        &self.apis[api_slot(api_key)]
+    }
+
+    /// Per-broker handles, registered the first time a broker is used. `node_id` -1 stands for
+    /// a bootstrap server whose node id is not known yet.
+    pub fn broker(&self, node_id: i32) -> Arc<BrokerMetrics> {
+        if let Some(m) = self.brokers.get(&node_id) {
+            return m.clone();
+        }
+        self.brokers
+            .entry(node_id)
+            .or_insert_with(|| {
+                let node = if node_id < 0 {
+                    "bootstrap".to_string()
+                } else {
+                    node_id.to_string()
+                };
+                Arc::new(BrokerMetrics {
+                    connect_failures: counter!("kroute_upstream_connect_failures_total", "broker" => node.clone()),
+                    disconnects: counter!("kroute_upstream_disconnects_total", "broker" => node.clone()),
+                    latency: (0..=API_SLOTS).map(|_| OnceLock::new()).collect(),
+                    node,
+                })
+            })
+            .clone()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_and_slots() {
+        assert_eq!(api_name(0), "Produce");
+        assert_eq!(api_name(3), "Metadata");
+        assert_eq!(api_name(-5), "unknown");
+        assert_eq!(api_slot(-5), API_SLOTS);
+        assert_eq!(api_slot(30_000), API_SLOTS);
+        let m = Metrics::new();
+        m.api(-1).requests.increment(1);
+        assert!(Arc::ptr_eq(&m.broker(2), &m.broker(2)));
+    }
+}

@@ -1,0 +1,5 @@
+//! The Kafka wire format, as far as kroute reads it.
+
+pub mod frame;
+pub mod header;
+pub mod versions;

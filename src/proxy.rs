@@ -1,0 +1,75 @@
+//! What every connection shares: configuration, the cluster view, metrics, the address map.
+
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use crate::cluster::{ClusterView, fetch_brokers};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::rewrite::AddressMap;
+
+pub struct Proxy {
+    pub config: Config,
+    pub cluster: ClusterView,
+    pub metrics: Metrics,
+    pub addresses: AddressMap,
+}
+
+impl Proxy {
+    pub fn new(config: Config, metrics: Metrics) -> Arc<Proxy> {
+        let addresses = AddressMap::new(
+            &config.listen.advertised_host,
+            config.listen.broker_port_base,
+        );
+        Arc::new(Proxy {
+            config,
+            cluster: ClusterView::new(),
+            metrics,
+            addresses,
+        })
+    }
+}
+
+/// Keeps the cluster view current with kroute's own Metadata requests, forever.
+///
+/// Tries the known brokers first (rotating), then the configured bootstrap servers. A failure
+/// streak is logged once when it starts and once when it ends.
+pub async fn refresh_metadata(proxy: Arc<Proxy>) {
+    let config = &proxy.config;
+    let mut failing = false;
+    loop {
+        let mut last_error = None;
+        for addr in proxy
+            .cluster
+            .bootstrap_candidates(&config.upstream.bootstrap_servers)
+        {
+            match fetch_brokers(
+                &addr,
+                config.connect_timeout(),
+                config.limits.max_frame_bytes,
+            )
+            .await
+            {
+                Ok(brokers) => {
+                    if failing {
+                        info!(from = %addr, "metadata refresh works again");
+                        failing = false;
+                    }
+                    proxy.cluster.replace(brokers);
+                    last_error = None;
+                    break;
+                }
+                Err(e) => last_error = Some(format!("{addr}: {e:#}")),
+            }
+        }
+        if let Some(e) = last_error {
+            proxy.metrics.metadata_refresh_failures.increment(1);
+            if !failing {
+                warn!("metadata refresh failed on every known broker (last: {e}); retrying");
+                failing = true;
+            }
+        }
+        tokio::time::sleep(config.metadata_refresh()).await;
+    }
+}

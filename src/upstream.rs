@@ -1,0 +1,241 @@
+//! One connection from kroute to a real broker, owned by one client connection.
+//!
+//! A broker answers the requests of a connection strictly in the order it read them, and
+//! connection-bound behaviour (quota throttling, long-poll fetches, fetch sessions) must stay per
+//! client, so every client connection gets its own upstream connection and nothing is shared.
+//!
+//! A writer task sends requests as they come; before it writes a request that expects an answer
+//! it queues a [`PendingReply`] for the reader task. The reader matches each response to the
+//! front of that queue, checks the correlation id, rewrites addresses if the API needs it and
+//! hands the payload back through the reply's oneshot. If the broker goes away, every queued
+//! reply is dropped, and the client connections waiting for them close promptly.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::FramedRead;
+use tracing::{debug, warn};
+
+use crate::metrics::BrokerMetrics;
+use crate::protocol::frame::{FrameCodec, size_prefix};
+use crate::protocol::header::{response_correlation_id, split_response};
+use crate::proxy::Proxy;
+use crate::rewrite::{needs_rewrite, rewrite_response};
+
+/// The answer to one request: the response payload, or why there is none.
+pub type Reply = Result<Bytes, UpstreamGone>;
+
+/// The broker connection ended before the answer came.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("upstream connection closed before the response arrived")]
+pub struct UpstreamGone;
+
+/// What the reader must do with the response to one request.
+pub struct PendingReply {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+/// A request to send, with the reply it expects (none for Produce with acks=0).
+pub struct Outbound {
+    pub frame: Bytes,
+    pub pending: Option<PendingReply>,
+}
+
+/// Handle to a live upstream connection. Dropping it closes the connection.
+pub struct Upstream {
+    pub node_id: i32,
+    tx: mpsc::Sender<Outbound>,
+}
+
+/// How many requests may wait for the writer before the client reader waits too.
+const OUTBOUND_QUEUE: usize = 64;
+
+impl Upstream {
+    /// Connects to `addr` (the broker with `node_id`, or -1 for a bootstrap server).
+    pub async fn connect(
+        proxy: &Arc<Proxy>,
+        node_id: i32,
+        addr: &str,
+    ) -> std::io::Result<Upstream> {
+        let metrics = proxy.metrics.broker(node_id);
+        let stream =
+            match tokio::time::timeout(proxy.config.connect_timeout(), TcpStream::connect(addr))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    metrics.connect_failures.increment(1);
+                    return Err(e);
+                }
+                Err(_) => {
+                    metrics.connect_failures.increment(1);
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connect timed out",
+                    ));
+                }
+            };
+        stream.set_nodelay(true)?;
+        let (rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let (pending_tx, pending_rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_requests(wr, rx, pending_tx));
+        tokio::spawn(read_responses(
+            rd,
+            pending_rx,
+            proxy.clone(),
+            metrics,
+            node_id,
+        ));
+        Ok(Upstream { node_id, tx })
+    }
+
+    /// Queues a request; fails if the connection is gone.
+    pub async fn send(&self, out: Outbound) -> Result<(), UpstreamGone> {
+        self.tx.send(out).await.map_err(|_| UpstreamGone)
+    }
+}
+
+/// A reply the reader is waiting for, stamped with when its request left.
+struct InFlight {
+    pending: PendingReply,
+    sent: Instant,
+}
+
+async fn write_requests(
+    wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Outbound>,
+    pending_tx: mpsc::UnboundedSender<InFlight>,
+) {
+    let mut out = BufWriter::with_capacity(64 * 1024, wr);
+    while let Some(Outbound { frame, pending }) = rx.recv().await {
+        if let Some(pending) = pending {
+            // Queue the reply before the bytes leave, so the reader always finds it.
+            let in_flight = InFlight {
+                pending,
+                sent: Instant::now(),
+            };
+            if pending_tx.send(in_flight).is_err() {
+                return; // reader gone: the broker closed the connection
+            }
+        }
+        let written = async {
+            out.write_all(&size_prefix(frame.len())).await?;
+            out.write_all(&frame).await?;
+            if rx.is_empty() {
+                out.flush().await?;
+            }
+            std::io::Result::Ok(())
+        };
+        if written.await.is_err() {
+            return;
+        }
+    }
+    let _ = out.shutdown().await;
+}
+
+async fn read_responses(
+    rd: OwnedReadHalf,
+    mut pending_rx: mpsc::UnboundedReceiver<InFlight>,
+    proxy: Arc<Proxy>,
+    metrics: Arc<BrokerMetrics>,
+    node_id: i32,
+) {
+    let mut frames = FramedRead::with_capacity(
+        rd,
+        FrameCodec::new(proxy.config.limits.max_frame_bytes),
+        64 * 1024,
+    );
+    let mut waiting: VecDeque<InFlight> = VecDeque::new();
+    let ended = loop {
+        let frame = match frames.next().await {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => break format!("read error: {e}"),
+            None => break "closed by the broker".to_string(),
+        };
+        while let Ok(p) = pending_rx.try_recv() {
+            waiting.push_back(p);
+        }
+        let Some(InFlight { pending, sent }) = waiting.pop_front() else {
+            proxy.metrics.upstream_protocol_errors.increment(1);
+            break "response without a request".to_string();
+        };
+        metrics.latency(pending.api_key).record(sent.elapsed());
+        match response_correlation_id(&frame) {
+            Ok(id) if id == pending.correlation_id => {}
+            _ => {
+                proxy.metrics.upstream_protocol_errors.increment(1);
+                break format!(
+                    "response does not match request correlation id {}",
+                    pending.correlation_id
+                );
+            }
+        }
+        let payload = match answer(&proxy, &pending, frame) {
+            Ok(p) => p,
+            Err(e) => {
+                proxy.metrics.rewrite_errors.increment(1);
+                break format!(
+                    "cannot rewrite {} v{} response: {e:#}",
+                    crate::metrics::api_name(pending.api_key),
+                    pending.api_version
+                );
+            }
+        };
+        // The client may have gone; its reply slot is then simply dropped.
+        let _ = pending.reply.send(Ok(payload));
+    };
+    while let Ok(p) = pending_rx.try_recv() {
+        waiting.push_back(p);
+    }
+    if waiting.is_empty() {
+        debug!(broker = node_id, "upstream connection ended: {ended}");
+    } else {
+        metrics.disconnects.increment(1);
+        warn!(
+            broker = node_id,
+            in_flight = waiting.len(),
+            "upstream connection ended with requests in flight: {ended}"
+        );
+    }
+    // Dropping `waiting` fails every reply still expected; their clients get disconnected.
+}
+
+/// Turns a broker response into what the client receives: as-is, or with addresses rewritten.
+fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result<Bytes> {
+    if !needs_rewrite(pending.api_key, pending.api_version) {
+        return Ok(frame);
+    }
+    let Ok(api) = kafka_protocol::messages::ApiKey::try_from(pending.api_key) else {
+        return Ok(frame);
+    };
+    let (header, body) = split_response(&frame, api.response_header_version(pending.api_version))?;
+    let mut seen = Vec::new();
+    let rewritten = rewrite_response(
+        pending.api_key,
+        pending.api_version,
+        &body,
+        &proxy.addresses,
+        &mut seen,
+    )?;
+    proxy.cluster.observe(&seen);
+    Ok(match rewritten {
+        None => frame,
+        Some(body) => {
+            let mut out = bytes::BytesMut::with_capacity(header.len() + body.len());
+            out.extend_from_slice(&header);
+            out.extend_from_slice(&body);
+            out.freeze()
+        }
+    })
+}
