@@ -117,10 +117,18 @@ lock_state() {
 }
 
 node_pid() { # prints the pid if node N runs (the pid file points at a JVM running N's config)
-  local f pid; f=$(node_pidfile "$1")
-  [ -f "$f" ] || return 1
-  pid=$(cat "$f" 2>/dev/null) || return 1
+  local f pid=; f=$(node_pidfile "$1")
+  if [ -f "$f" ]; then
+    pid=$(cat "$f" 2>/dev/null) || return 1
+  else
+    # pid file lost (e.g. target/ wiped while running): look for a JVM running exactly N's config
+    local c
+    for c in $(grep -lF -- "$(node_conf "$1")" /proc/[0-9]*/cmdline 2>/dev/null || true); do
+      tr '\0' ' ' <"$c" 2>/dev/null | grep -qF -- " kafka.Kafka " && { pid=$(cut -d/ -f3 <<<"$c"); break; }
+    done
+  fi
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " kafka.Kafka " || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$(node_conf "$1")" || return 1
   # a zombie (killed, not yet reaped) counts as dead
   [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
@@ -230,6 +238,8 @@ cmd_start() {
   for n in $(all_nodes); do node_pid "$n" >/dev/null || missing+=("$n"); done
   if [ ${#missing[@]} -eq 0 ]; then
     say "cluster already running"
+    # it may still be starting (e.g. an earlier start timed out): wait for the brokers anyway
+    wait_registered $((SECONDS + START_TIMEOUT)) "${BROKERS[@]}"
     echo "$BOOTSTRAP"; return 0
   fi
   mkdir -p "$STATE/data" "$STATE/logs" "$STATE/pids"
@@ -257,12 +267,13 @@ cmd_start() {
 stop_pids() { # GRACE_SECONDS NODE...
   local grace=$1 n pid; shift
   local live=()
+  local pids=()
   for n in "$@"; do
-    if pid=$(node_pid "$n"); then kill -TERM "$pid" 2>/dev/null || true; live+=("$n"); fi
+    if pid=$(node_pid "$n"); then kill -TERM "$pid" 2>/dev/null || true; live+=("$n"); pids+=("$pid"); fi
   done
-  local deadline=$((SECONDS + grace))
-  for n in "${live[@]}"; do
-    pid=$(cat "$(node_pidfile "$n")")
+  local deadline=$((SECONDS + grace)) i
+  for i in "${!live[@]}"; do
+    n=${live[$i]}; pid=${pids[$i]}
     if ! wait_pid_gone "$pid" $((deadline > SECONDS ? deadline - SECONDS : 0)); then
       say "node $n did not stop within ${grace}s, SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
