@@ -159,7 +159,7 @@ render_conf() { # NODE
 format_node() { # NODE CLUSTER_ID
   local n=$1
   [ -f "$STATE/data/node$n/meta.properties" ] && return 0
-  run_tool kafka.tools.StorageTool format -t "$2" -c "$(node_conf "$n")" --ignore-formatted \
+  run_tool kafka.tools.StorageTool format "--cluster-id=$2" -c "$(node_conf "$n")" --ignore-formatted \
     >"$STATE/logs/format-node$n.log" 2>&1 ||
     { cat "$STATE/logs/format-node$n.log" >&2; die "formatting node $n failed"; }
 }
@@ -246,8 +246,10 @@ cmd_start() {
   if [ -f "$STATE/cluster.id" ]; then
     cid=$(cat "$STATE/cluster.id")
   else
-    # 16 random bytes, base64url without padding = a Kafka cluster id
-    cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    # 16 random bytes, base64url without padding = a Kafka cluster id (like Kafka's own
+    # Uuid.randomUuid, none starting with '-', which the tools' argument parser would take for an option)
+    cid=-
+    while [[ $cid == -* ]]; do cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'); done
     echo "$cid" >"$STATE/cluster.id"
   fi
   local deadline=$((SECONDS + START_TIMEOUT))
