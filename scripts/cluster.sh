@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Local Apache Kafka test cluster for kroute: 1 KRaft controller + 3 brokers on 127.0.0.1.
 #
-#   scripts/cluster.sh start                 format (if fresh) + start all nodes, wait until the 3
-#                                            brokers are registered; last stdout line = bootstrap
-#   scripts/cluster.sh stop [--keep-data]    SIGTERM all nodes (SIGKILL after a grace period);
-#                                            removes the data dir unless --keep-data
-#   scripts/cluster.sh status                one line per node; exit 0 iff all 4 nodes run
-#   scripts/cluster.sh bootstrap             prints 127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
+#   scripts/cluster.sh start [--relayed|--direct]
+#                                            format (if fresh) + start all nodes, wait until the 3
+#                                            brokers are registered; last stdout line = bootstrap.
+#                                            Mode (see below): the flag, else $KROUTE_CLUSTER_MODE,
+#                                            else direct; a (partly) running cluster keeps its mode
+#   scripts/cluster.sh stop [--keep-data]    SIGTERM all nodes and relays (SIGKILL after a grace
+#                                            period); removes data, mode and delays unless --keep-data
+#   scripts/cluster.sh status                "mode M", then one line per node (and per relay);
+#                                            exit 0 iff all 4 nodes (and in relayed mode 3 relays) run
+#   scripts/cluster.sh bootstrap             the addresses clients use: direct mode
+#                                            127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094, relayed
+#                                            127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
+#   scripts/cluster.sh delay N MS            relayed mode: broker N answers MS ms late from now on,
+#                                            for every client and for its followers (0 = no delay)
+#   scripts/cluster.sh delays                one line per broker: "broker N MS"
 #   scripts/cluster.sh create-topic NAME (--partitions N --replication-factor R |
 #                                         --replica-assignment 1:2:3,2:3:1) [--config k=v]...
 #                                            TopicCommand --create, then waits until every
@@ -15,7 +24,8 @@
 #   scripts/cluster.sh kill-broker N [--wait-fenced]
 #                                            SIGKILL broker N (1..3); --wait-fenced also waits
 #                                            (~6s) until the controller fenced it
-#   scripts/cluster.sh start-broker N        restart broker N on its data, wait until registered
+#   scripts/cluster.sh start-broker N        restart broker N on its data (and its relay if it is
+#                                            gone, relayed mode), wait until registered
 #   scripts/cluster.sh elect-leaders [TOPIC] preferred leader election (auto rebalance is off, so
 #                                            leaders stay where failover put them until this)
 #   scripts/cluster.sh lib                   fetch (once) and print the Kafka jar dir:
@@ -26,10 +36,26 @@
 # Layout: controller node 100 at 127.0.0.1:19091 (controller only, so any broker can be killed);
 # brokers 1,2,3 at 127.0.0.1:19092/19093/19094.
 #
+# Modes (persisted in <state>/mode by start, so later commands such as start-broker use it):
+#   direct   (default) brokers advertise their own listeners 19092..19094.
+#   relayed  "a slow broker that every client sees": this kernel has no netem, so each broker N
+#            gets a delay_relay (src/bin/delay_relay.rs, built by `cargo build --release --bin
+#            delay_relay` when missing or stale) on 127.0.0.1:1919(1+N) forwarding to its real
+#            listener 1909(1+N), and the broker ADVERTISES the relay. Clients, kroute and the other
+#            brokers' replica fetchers (inter-broker traffic uses the advertised listener) thus all
+#            reach broker N through its relay, which delays everything the broker sends back by the
+#            ms in <state>/delay/brokerN (`delay N MS`; re-read every 100 ms). Relays are started
+#            before the brokers, stopped by stop, restarted by start-broker, and survive
+#            kill-broker (new connections to a killed broker just fail). Logs: <state>/logs/relayN.log.
+#            The controller (19091) is not relayed.
+#
 # Environment:
 #   KROUTE_KAFKA_VERSION  Apache Kafka version from Maven Central (default 4.1.2)
 #   KROUTE_CACHE          jar dir (default $HOME/.cache/kroute/kafka-lib-<version>)
-#   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/ (default <repo>/target/cluster)
+#   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, mode
+#                         (default <repo>/target/cluster)
+#   KROUTE_CLUSTER_MODE   direct or relayed: the mode `start` uses when given no flag
+#   KROUTE_DELAY_RELAY    delay_relay binary (default <target dir>/release/delay_relay)
 #   KROUTE_START_TIMEOUT  seconds to wait for the brokers in start/start-broker (default 90)
 #   JAVA                  java binary (Java 17+; default: java)
 set -euo pipefail
@@ -47,7 +73,22 @@ HOST=127.0.0.1
 CONTROLLER_ID=100
 CONTROLLER_PORT=19091
 BROKERS=(1 2 3)
-BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
+DIRECT_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
+RELAYED_BOOTSTRAP=127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
+MODE_FILE=$STATE/mode
+RELAY_BIN=${KROUTE_DELAY_RELAY:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/delay_relay}
+
+valid_mode() { [ "$1" = direct ] || [ "$1" = relayed ]; }
+# the mode of the cluster in $STATE, as written by start (none: direct; $KROUTE_CLUSTER_MODE only
+# matters to start)
+MODE=$(cat "$MODE_FILE" 2>/dev/null || true)
+MODE=${MODE:-direct}
+valid_mode "$MODE" || { echo "cluster.sh: $MODE_FILE must say direct or relayed (got '$MODE')" >&2; exit 2; }
+set_mode() { # MODE: the addresses clients use (advertised) depend on it
+  MODE=$1
+  if [ "$MODE" = relayed ]; then BOOTSTRAP=$RELAYED_BOOTSTRAP; else BOOTSTRAP=$DIRECT_BOOTSTRAP; fi
+}
+set_mode "$MODE"
 
 BROKER_JVM_OPTS=(-Xms128m -Xmx512m -XX:+UseSerialGC -XX:MaxDirectMemorySize=256m
   -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
@@ -66,6 +107,8 @@ node_conf() { echo "$STATE/config/node$1.properties"; }
 node_pidfile() { echo "$STATE/pids/node$1.pid"; }
 node_log() { echo "$STATE/logs/node$1.log"; }
 all_nodes() { echo "$CONTROLLER_ID" "${BROKERS[@]}"; }
+relay_port() { echo $((19191 + $1)); }   # broker N's delay_relay (relayed mode): 19192..19194
+advertised_port() { if [ "$MODE" = relayed ]; then relay_port "$1"; else node_port "$1"; fi; }
 
 # ---------------------------------------------------------------------------------------------
 # jars
@@ -152,6 +195,7 @@ render_conf() { # NODE
   [ "$n" = "$CONTROLLER_ID" ] && tmpl=controller.properties
   mkdir -p "$STATE/config"
   sed -e "s#@NODE_ID@#$n#g" -e "s#@PORT@#$(node_port "$n")#g" -e "s#@LOG_DIR@#$STATE/data/node$n#g" \
+      -e "s#@ADVERTISED_PORT@#$(advertised_port "$n")#g" \
       -e "s#@CONTROLLER_ID@#$CONTROLLER_ID#g" -e "s#@CONTROLLER@#$HOST:$CONTROLLER_PORT#g" \
       "$KAFKA_CONF_DIR/$tmpl" >"$(node_conf "$n")"
 }
@@ -182,6 +226,77 @@ launch_node() { # NODE
   setsid "$JAVA" "${opts[@]}" -cp "$LIB/*" kafka.Kafka "$(node_conf "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$(node_pidfile "$n")"
+}
+
+# delay relays (relayed mode): one delay_relay process per broker, 127.0.0.1:1919N -> :1909N
+
+relay_pidfile() { echo "$STATE/pids/relay$1.pid"; }
+relay_log() { echo "$STATE/logs/relay$1.log"; }
+delay_file() { echo "$STATE/delay/broker$1"; }
+
+relay_pid() { # prints the pid if broker N's relay (of this state dir) runs
+  local f pid= c; f=$(relay_pidfile "$1")
+  if [ -f "$f" ]; then
+    pid=$(cat "$f" 2>/dev/null) || return 1
+  else
+    for c in $(grep -lF -- "$(delay_file "$1")" /proc/[0-9]*/cmdline 2>/dev/null || true); do
+      tr '\0' ' ' <"$c" 2>/dev/null | grep -qF -- "delay_relay " && { pid=$(cut -d/ -f3 <<<"$c"); break; }
+    done
+  fi
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " --delay-file $(delay_file "$1")" || return 1
+  [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
+  echo "$pid"
+}
+
+ensure_relay_bin() { # build target/release/delay_relay if missing or older than its source
+  local src=$REPO_DIR/src/bin/delay_relay.rs
+  [ -x "$RELAY_BIN" ] && { [ ! -f "$src" ] || [ "$RELAY_BIN" -nt "$src" ]; } && return 0
+  command -v cargo >/dev/null || die "cargo not found (needed to build $RELAY_BIN)"
+  say "building delay_relay (cargo build --release --bin delay_relay)"
+  if ! (cd "$REPO_DIR" && cargo build --release --quiet --bin delay_relay 8>&- 9>&-) >&2; then
+    # the bin links the crate's lib, which may be mid-edit: an older binary still does the job
+    [ -x "$RELAY_BIN" ] || die "building delay_relay failed"
+    say "building delay_relay failed, using the existing $RELAY_BIN"
+  fi
+  [ -x "$RELAY_BIN" ] || die "$RELAY_BIN missing after cargo build (KROUTE_DELAY_RELAY overrides the path)"
+}
+
+start_relay() { # N: start broker N's relay unless it runs; keeps the delay file
+  local n=$1 port log pid deadline
+  relay_pid "$n" >/dev/null && return 0
+  port=$(relay_port "$n")
+  deadline=$((SECONDS + 10))
+  while port_busy "$port"; do
+    [ "$SECONDS" -lt "$deadline" ] || die "port $port is in use by another process (not relay $n of $STATE)"
+    sleep 0.2
+  done
+  mkdir -p "$STATE/delay" "$STATE/logs" "$STATE/pids"
+  [ -f "$(delay_file "$n")" ] || echo 0 >"$(delay_file "$n")"
+  log=$(relay_log "$n")
+  [ -f "$log" ] && mv -f "$log" "$log.prev"
+  setsid "$RELAY_BIN" --listen "$HOST:$port" --target "$HOST:$(node_port "$n")" \
+    --delay-file "$(delay_file "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
+  pid=$!
+  echo "$pid" >"$(relay_pidfile "$n")"
+  # listening before the broker advertises it
+  deadline=$((SECONDS + 10))
+  until port_busy "$port"; do
+    pid_gone "$pid" && { cat "$log" >&2; die "relay $n exited during startup"; }
+    [ "$SECONDS" -lt "$deadline" ] || { cat "$log" >&2; die "relay $n not listening on $port after 10s"; }
+    sleep 0.05
+  done
+}
+
+stop_relays() { # SIGTERM every relay of this state dir (also in direct mode: leftovers)
+  local n pid
+  for n in "${BROKERS[@]}"; do
+    if pid=$(relay_pid "$n"); then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait_pid_gone "$pid" 5 || { kill -KILL "$pid" 2>/dev/null || true; wait_pid_gone "$pid" 5 || true; }
+    fi
+    rm -f "$(relay_pidfile "$n")"
+  done
 }
 
 broker_versions() { # BOOTSTRAP: one line per broker in the metadata (fenced brokers are absent):
@@ -232,12 +347,30 @@ wait_registered() { # DEADLINE BROKER...: metadata lists all given brokers and e
 # commands
 
 cmd_start() {
+  local want=${KROUTE_CLUSTER_MODE:-}
+  case "${1:-}" in --relayed) want=relayed ;; --direct) want=direct ;; "") ;;
+    *) die "usage: start [--relayed|--direct]" ;; esac
+  [ -z "$want" ] || valid_mode "$want" || die "KROUTE_CLUSTER_MODE must be direct or relayed (got '$want')"
   ensure_lib
   lock_state
-  local n missing=() cid
-  for n in $(all_nodes); do node_pid "$n" >/dev/null || missing+=("$n"); done
+  local n missing=() cid running=0
+  for n in $(all_nodes); do if node_pid "$n" >/dev/null; then running=1; else missing+=("$n"); fi; done
+  if [ $running = 1 ]; then
+    # (partly) running: keep its mode
+    [ -z "$want" ] || [ "$want" = "$MODE" ] || die "the cluster runs in $MODE mode; stop it before starting it $want"
+  else
+    set_mode "${want:-direct}"
+    mkdir -p "$STATE"
+    echo "$MODE" >"$MODE_FILE"
+    rm -rf "$STATE/delay"   # a fresh start has no delays
+  fi
+  if [ "$MODE" = relayed ]; then
+    ensure_relay_bin
+    # before the brokers: they advertise the relays, and replica fetchers connect through them
+    for n in "${BROKERS[@]}"; do start_relay "$n"; done
+  fi
   if [ ${#missing[@]} -eq 0 ]; then
-    say "cluster already running"
+    say "cluster already running ($MODE mode)"
     # it may still be starting (e.g. an earlier start timed out): wait for the brokers anyway
     wait_registered $((SECONDS + START_TIMEOUT)) "${BROKERS[@]}"
     echo "$BOOTSTRAP"; return 0
@@ -262,7 +395,7 @@ cmd_start() {
   for n in "${missing[@]}"; do launch_node "$n"; done
   for n in "${missing[@]}"; do wait_started "$n" "$deadline"; done
   wait_registered "$deadline" "${BROKERS[@]}"
-  say "cluster up in ${SECONDS}s"
+  say "cluster up in ${SECONDS}s ($MODE mode)"
   echo "$BOOTSTRAP"
 }
 
@@ -292,8 +425,9 @@ cmd_stop() {
   # brokers first (controlled shutdown talks to the controller), then the controller
   stop_pids 20 "${BROKERS[@]}"
   stop_pids 10 "$CONTROLLER_ID"
+  stop_relays
   if [ $keep = 0 ]; then
-    rm -rf "$STATE/data" "$STATE/cluster.id"
+    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$MODE_FILE"
     say "stopped, data removed"
   else
     say "stopped, data kept in $STATE/data"
@@ -302,6 +436,7 @@ cmd_stop() {
 
 cmd_status() {
   local n pid all=0 role
+  echo "mode $MODE"
   for n in $(all_nodes); do
     role=broker; [ "$n" = "$CONTROLLER_ID" ] && role=controller
     if pid=$(node_pid "$n"); then
@@ -310,7 +445,35 @@ cmd_status() {
       echo "$role $n $HOST:$(node_port "$n") stopped"; all=1
     fi
   done
+  for n in "${BROKERS[@]}"; do
+    if pid=$(relay_pid "$n"); then
+      echo "relay $n $HOST:$(relay_port "$n") -> $HOST:$(node_port "$n") running pid=$pid delay=$(delay_ms "$n")ms"
+    elif [ "$MODE" = relayed ]; then
+      echo "relay $n $HOST:$(relay_port "$n") -> $HOST:$(node_port "$n") stopped"; all=1
+    fi
+  done
   return $all
+}
+
+delay_ms() { # N: what broker N's relay reads from its delay file (invalid/missing = 0)
+  local v; v=$(tr -d ' \t\n' 2>/dev/null <"$(delay_file "$1")" || true)
+  [[ $v =~ ^[0-9]+$ ]] && echo $((10#$v)) || echo 0
+}
+
+cmd_delay() { # N MS
+  need_broker_id "${1:-}"
+  [[ ${2:-} =~ ^[0-9]+$ ]] || die "usage: delay N MS (MS: integer milliseconds, 0 = no delay)"
+  [ "$MODE" = relayed ] || die "delays need a cluster started in relayed mode (start --relayed); this one is $MODE"
+  mkdir -p "$STATE/delay"
+  # atomic replace: the relay never reads a half-written file
+  echo "$((10#$2))" >"$(delay_file "$1").tmp" && mv -f "$(delay_file "$1").tmp" "$(delay_file "$1")"
+  relay_pid "$1" >/dev/null || say "warning: relay $1 is not running"
+  say "broker $1: responses delayed by $((10#$2)) ms (the relay picks it up within 100 ms)"
+}
+
+cmd_delays() { # one line per broker: "broker N MS"
+  local n
+  for n in "${BROKERS[@]}"; do echo "broker $n $(delay_ms "$n")"; done
 }
 
 need_broker_id() {
@@ -366,6 +529,7 @@ cmd_start_broker() {
   lock_state
   local n=$1
   node_pid "$CONTROLLER_ID" >/dev/null || die "controller is not running (use start)"
+  if [ "$MODE" = relayed ]; then ensure_relay_bin; start_relay "$n"; fi
   if node_pid "$n" >/dev/null; then say "broker $n already running"; return 0; fi
   [ -f "$STATE/data/node$n/meta.properties" ] || die "broker $n has no formatted data in $STATE/data (use start)"
   local deadline=$((SECONDS + START_TIMEOUT))
@@ -419,7 +583,7 @@ usage() {
 
 cmd=${1:-}; [ $# -gt 0 ] && shift
 case "$cmd" in
-  start) cmd_start ;;
+  start) cmd_start "$@" ;;
   stop) cmd_stop "$@" ;;
   status) cmd_status ;;
   bootstrap) echo "$BOOTSTRAP" ;;
@@ -429,6 +593,8 @@ case "$cmd" in
   kill-broker) cmd_kill_broker "$@" ;;
   start-broker) cmd_start_broker "$@" ;;
   elect-leaders) cmd_elect_leaders "$@" ;;
+  delay) cmd_delay "$@" ;;
+  delays) cmd_delays ;;
   lib) ensure_lib; echo "$LIB" ;;
   tool) ensure_lib; [ $# -gt 0 ] || die "usage: tool CLASS ARGS..."; run_tool "$@" ;;
   -h|--help|help|"") usage ;;

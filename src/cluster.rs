@@ -5,6 +5,7 @@
 //! brokers, so a broker that joins gets a listener as soon as any client learns of it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -22,9 +23,55 @@ use crate::protocol::frame::{FrameCodec, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::rewrite::SeenBroker;
 
-/// Shared, concurrently readable map of node id to real `host:port`.
+/// Where the partitions of one topic are led.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// (partition, leader node id or -1), ascending by partition.
+    partitions: Vec<(i32, i32)>,
+    /// Brokers that lead at least one partition, ascending.
+    leaders: Vec<i32>,
+}
+
+impl TopicLayout {
+    pub fn new(partitions: impl IntoIterator<Item = (i32, i32)>) -> Self {
+        let mut partitions: Vec<(i32, i32)> = partitions.into_iter().collect();
+        partitions.sort_unstable();
+        let mut leaders: Vec<i32> = partitions.iter().map(|p| p.1).filter(|l| *l >= 0).collect();
+        leaders.sort_unstable();
+        leaders.dedup();
+        Self {
+            partitions,
+            leaders,
+        }
+    }
+
+    /// Brokers leading at least one partition, ascending.
+    pub fn leaders(&self) -> &[i32] {
+        &self.leaders
+    }
+
+    /// The leader of `partition`, if known.
+    pub fn leader_of(&self, partition: i32) -> Option<i32> {
+        self.partitions
+            .binary_search_by_key(&partition, |p| p.0)
+            .ok()
+            .map(|i| self.partitions[i].1)
+            .filter(|l| *l >= 0)
+    }
+
+    /// The partitions `node` leads, ascending.
+    pub fn led_by(&self, node: i32) -> impl Iterator<Item = i32> + '_ {
+        self.partitions
+            .iter()
+            .filter(move |p| p.1 == node)
+            .map(|p| p.0)
+    }
+}
+
+/// Shared, concurrently readable map of node id to real `host:port`, and topic layouts.
 pub struct ClusterView {
     brokers: DashMap<i32, String>,
+    topics: DashMap<String, Arc<TopicLayout>>,
     changes: watch::Sender<u64>,
     refreshed_once: AtomicBool,
     next_bootstrap: AtomicUsize,
@@ -40,6 +87,7 @@ impl ClusterView {
     pub fn new() -> Self {
         Self {
             brokers: DashMap::new(),
+            topics: DashMap::new(),
             changes: watch::channel(0).0,
             refreshed_once: AtomicBool::new(false),
             next_bootstrap: AtomicUsize::new(0),
@@ -94,6 +142,28 @@ impl ClusterView {
         if changed {
             self.changed();
         }
+    }
+
+    /// Records topic layouts from a relayed Metadata response.
+    pub fn observe_topics(&self, topics: Vec<(String, Option<TopicLayout>)>) {
+        for (name, layout) in topics {
+            match layout {
+                Some(layout) => {
+                    if self.topics.get(&name).is_some_and(|t| **t == layout) {
+                        continue;
+                    }
+                    self.topics.insert(name, Arc::new(layout));
+                }
+                None => {
+                    self.topics.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// The partition leaders of `topic`, as last seen in a Metadata response.
+    pub fn topic(&self, topic: &str) -> Option<Arc<TopicLayout>> {
+        self.topics.get(topic).map(|t| t.clone())
     }
 
     /// Replaces the whole broker set with the result of kroute's own metadata request.
@@ -231,6 +301,22 @@ mod tests {
         let second = view.bootstrap_candidates(&configured);
         assert_ne!(first[0], second[0]);
         assert_eq!(first.last().map(String::as_str), Some("seed:1"));
+    }
+
+    #[test]
+    fn topic_layouts() {
+        let view = ClusterView::new();
+        view.observe_topics(vec![(
+            "t".into(),
+            Some(TopicLayout::new([(2, 3), (0, 1), (1, 3), (3, -1)])),
+        )]);
+        let t = view.topic("t").unwrap();
+        assert_eq!(t.leaders(), &[1, 3]);
+        assert_eq!(t.led_by(3).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(t.leader_of(3), None);
+        assert_eq!(t.leader_of(0), Some(1));
+        view.observe_topics(vec![("t".into(), None)]);
+        assert!(view.topic("t").is_none());
     }
 
     #[test]

@@ -21,6 +21,105 @@ pub struct Config {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub routing: RoutingConfig,
+}
+
+/// How keyless produce batches are re-partitioned.
+///
+/// A keyless record sent to an explicit partition looks exactly like a sticky-partitioned one
+/// on the wire, so routing is opt-in per topic: by default no topic is routed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingConfig {
+    #[serde(default = "default_strategy")]
+    pub strategy: Strategy,
+    /// Topics whose keyless batches may move (globs: `*` any run, `?` one character).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Topics never routed, even if included.
+    #[serde(default = "default_exclude")]
+    pub exclude: Vec<String>,
+    /// How often broker weights are recomputed from the scores.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// Time constant with which a broker's latency estimate follows faster answers.
+    #[serde(default = "default_score_decay_ms")]
+    pub score_decay_ms: u64,
+    /// A broker without an answer for this long gets a neutral score.
+    #[serde(default = "default_score_stale_ms")]
+    pub score_stale_ms: u64,
+}
+
+/// The routing strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Pure pass-through: batches stay where the client put them.
+    Off,
+    /// Astraea's rule: weights `max_cost - cost + shift`, smooth weighted round-robin.
+    StrictCost,
+}
+
+fn default_strategy() -> Strategy {
+    Strategy::StrictCost
+}
+fn default_exclude() -> Vec<String> {
+    vec!["__*".into()]
+}
+fn default_lease_ms() -> u64 {
+    250
+}
+fn default_score_decay_ms() -> u64 {
+    300
+}
+fn default_score_stale_ms() -> u64 {
+    3_000
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        Self {
+            strategy: default_strategy(),
+            include: Vec::new(),
+            exclude: default_exclude(),
+            lease_ms: default_lease_ms(),
+            score_decay_ms: default_score_decay_ms(),
+            score_stale_ms: default_score_stale_ms(),
+        }
+    }
+}
+
+impl RoutingConfig {
+    /// Whether keyless batches of `topic` may move.
+    pub fn routes_topic(&self, topic: &str) -> bool {
+        self.strategy != Strategy::Off
+            && self.include.iter().any(|g| glob_match(g, topic))
+            && !self.exclude.iter().any(|g| glob_match(g, topic))
+    }
+}
+
+/// Matches `name` against a glob of `*` (any run of characters) and `?` (one character).
+pub fn glob_match(glob: &str, name: &str) -> bool {
+    let (g, n): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
+    let (mut gi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if gi < g.len() && (g[gi] == '?' || g[gi] == n[ni]) {
+            gi += 1;
+            ni += 1;
+        } else if gi < g.len() && g[gi] == '*' {
+            star = Some((gi, ni));
+            gi += 1;
+        } else if let Some((sg, sn)) = star {
+            gi = sg + 1;
+            ni = sn + 1;
+            star = Some((sg, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    g[gi..].iter().all(|c| *c == '*')
 }
 
 /// Where clients reach kroute.
@@ -230,6 +329,23 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        for (key, globs) in [
+            ("routing.include", &self.routing.include),
+            ("routing.exclude", &self.routing.exclude),
+        ] {
+            if globs.iter().any(|g| g.is_empty()) {
+                return Err(invalid(key, "an empty pattern matches no topic".into()));
+            }
+        }
+        for (key, value) in [
+            ("routing.lease_ms", self.routing.lease_ms),
+            ("routing.score_decay_ms", self.routing.score_decay_ms),
+            ("routing.score_stale_ms", self.routing.score_stale_ms),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be above 0".into()));
+            }
+        }
         if self.admin.listen.parse::<SocketAddr>().is_err() {
             return Err(invalid(
                 "admin.listen",
@@ -310,6 +426,42 @@ mod tests {
         let text = format!("{MINIMAL}[listen]\nbootstrap_port = \"x\"\n");
         let err = Config::parse(&text, "t").unwrap_err().to_string();
         assert!(err.contains("bootstrap_port"), "{err}");
+    }
+
+    #[test]
+    fn routing_policy_is_opt_in() {
+        let c = Config::parse(MINIMAL, "t").unwrap();
+        assert!(
+            !c.routing.routes_topic("orders"),
+            "nothing routed by default"
+        );
+        let text = format!(
+            "{MINIMAL}[routing]\ninclude = [\"logs-*\", \"metrics\"]\nexclude = [\"logs-audit*\"]\n"
+        );
+        let c = Config::parse(&text, "t").unwrap();
+        assert!(c.routing.routes_topic("logs-web"));
+        assert!(c.routing.routes_topic("metrics"));
+        assert!(!c.routing.routes_topic("logs-audit-1"));
+        assert!(!c.routing.routes_topic("metrics2"));
+        let off = format!("{MINIMAL}[routing]\nstrategy = \"off\"\ninclude = [\"*\"]\n");
+        assert!(!Config::parse(&off, "t").unwrap().routing.routes_topic("x"));
+        let bad = format!("{MINIMAL}[routing]\nstrategy = \"fastest\"\n");
+        let err = Config::parse(&bad, "t").unwrap_err().to_string();
+        assert!(
+            err.contains("strategy") && err.contains("strict-cost"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("a*c", "abbbc"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "abbc"));
+        assert!(glob_match("__*", "__consumer_offsets"));
+        assert!(!glob_match("__*", "_x"));
+        assert!(glob_match("*-*-x", "a-b-c-x"));
     }
 
     #[test]

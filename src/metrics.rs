@@ -10,6 +10,8 @@ use dashmap::DashMap;
 use kafka_protocol::messages::ApiKey;
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
+use crate::route::batch::KeepReason;
+
 /// Name of the upstream latency histogram (its buckets are set when the exporter is installed).
 pub const UPSTREAM_LATENCY: &str = "kroute_upstream_request_duration_seconds";
 
@@ -31,6 +33,8 @@ pub struct ApiMetrics {
 /// Counters for one upstream broker, and lazily registered latency histograms per API.
 pub struct BrokerMetrics {
     node: String,
+    /// Produce request bytes sent to this broker (each broker's share of the traffic).
+    pub produce_bytes: Counter,
     pub connect_failures: Counter,
     pub disconnects: Counter,
     latency: Vec<OnceLock<Histogram>>,
@@ -54,6 +58,61 @@ pub struct ProtocolErrors {
     pub bad_header: Counter,
 }
 
+/// Counters for batches moved from one broker to another, for one topic.
+pub struct MoveCounters {
+    pub batches: Counter,
+    pub records: Counter,
+    pub bytes: Counter,
+}
+
+/// What the routing did with Produce batches.
+pub struct RoutingMetrics {
+    kept: Vec<Counter>,
+    moved: DashMap<(String, i32, i32), MoveCounters>,
+}
+
+impl RoutingMetrics {
+    fn new() -> Self {
+        Self {
+            kept: KeepReason::ALL
+                .iter()
+                .map(|r| counter!("kroute_batches_kept_total", "reason" => r.label()))
+                .collect(),
+            moved: DashMap::new(),
+        }
+    }
+
+    /// The counter of batches kept for `reason`.
+    pub fn kept(&self, reason: KeepReason) -> &Counter {
+        let i = KeepReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        &self.kept[i]
+    }
+
+    /// Counts one batch moved from `from` to `to`. The handles for a (topic, from, to) triple
+    /// are registered once; later batches cost one map lookup.
+    pub fn moved(&self, topic: &str, from: i32, to: i32, records: u32, bytes: usize) {
+        let key = (topic.to_string(), from, to);
+        let counters = self.moved.entry(key).or_insert_with(|| {
+            let labels = [
+                ("topic", topic.to_string()),
+                ("from", from.to_string()),
+                ("to", to.to_string()),
+            ];
+            MoveCounters {
+                batches: counter!("kroute_batches_moved_total", &labels),
+                records: counter!("kroute_records_moved_total", &labels),
+                bytes: counter!("kroute_bytes_moved_total", &labels),
+            }
+        });
+        counters.batches.increment(1);
+        counters.records.increment(u64::from(records));
+        counters.bytes.increment(bytes as u64);
+    }
+}
+
 /// Everything kroute exports, as handles.
 pub struct Metrics {
     pub connections_accepted: Counter,
@@ -64,6 +123,7 @@ pub struct Metrics {
     pub upstream_protocol_errors: Counter,
     pub brokers_known: Gauge,
     pub metadata_refresh_failures: Counter,
+    pub routing: RoutingMetrics,
     apis: Vec<ApiMetrics>,
     brokers: DashMap<i32, Arc<BrokerMetrics>>,
 }
@@ -130,6 +190,7 @@ impl Metrics {
             upstream_protocol_errors: counter!("kroute_upstream_protocol_errors_total"),
             brokers_known: gauge!("kroute_brokers_known"),
             metadata_refresh_failures: counter!("kroute_metadata_refresh_failures_total"),
+            routing: RoutingMetrics::new(),
             apis,
             brokers: DashMap::new(),
         }
@@ -155,6 +216,7 @@ impl Metrics {
                     node_id.to_string()
                 };
                 Arc::new(BrokerMetrics {
+                    produce_bytes: counter!("kroute_upstream_produce_bytes_total", "broker" => node.clone()),
                     connect_failures: counter!("kroute_upstream_connect_failures_total", "broker" => node.clone()),
                     disconnects: counter!("kroute_upstream_disconnects_total", "broker" => node.clone()),
                     latency: (0..=API_SLOTS).map(|_| OnceLock::new()).collect(),

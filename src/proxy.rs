@@ -8,12 +8,14 @@ use crate::cluster::{ClusterView, fetch_brokers};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::rewrite::AddressMap;
+use crate::route::Router;
 
 pub struct Proxy {
     pub config: Config,
     pub cluster: ClusterView,
     pub metrics: Metrics,
     pub addresses: AddressMap,
+    pub router: Router,
 }
 
 impl Proxy {
@@ -22,11 +24,13 @@ impl Proxy {
             &config.listen.advertised_host,
             config.listen.broker_port_base,
         );
+        let router = Router::new(&config.routing);
         Arc::new(Proxy {
             config,
             cluster: ClusterView::new(),
             metrics,
             addresses,
+            router,
         })
     }
 }

@@ -18,10 +18,19 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use crate::cluster::TopicLayout;
 use crate::protocol::versions;
 
 /// A real broker address seen in a response: (node id, host, port).
 pub type SeenBroker = (i32, String, i32);
+
+/// What a response taught kroute about the cluster, besides what it rewrote.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub brokers: Vec<SeenBroker>,
+    /// Topics whose partition leaders a Metadata response listed (None: the topic errored).
+    pub topics: Vec<(String, Option<TopicLayout>)>,
+}
 
 /// Maps node ids to the kroute address that stands for them.
 #[derive(Debug, Clone)]
@@ -110,7 +119,7 @@ endpoint!(share_acknowledge_response::NodeEndpoint, node_id, i32);
 /// Rewrites the addresses of one response body kind.
 struct Pass<'a> {
     map: &'a AddressMap,
-    seen: &'a mut Vec<SeenBroker>,
+    seen: &'a mut Observed,
     changed: bool,
 }
 
@@ -127,7 +136,7 @@ impl Pass<'_> {
             return; // "no node" placeholders (e.g. coordinator not available) carry no address
         }
         let (host, port) = e.address();
-        self.seen.push((id, host.to_string(), port));
+        self.seen.brokers.push((id, host.to_string(), port));
         e.set_address(self.map.host.clone(), self.map.port(id));
         self.changed = true;
     }
@@ -138,7 +147,7 @@ fn recode<T: Decodable + Encodable>(
     body: &Bytes,
     version: i16,
     map: &AddressMap,
-    seen: &mut Vec<SeenBroker>,
+    seen: &mut Observed,
     edit: impl FnOnce(&mut T, &mut Pass),
 ) -> anyhow::Result<Option<Bytes>> {
     let mut cursor = body.clone();
@@ -164,7 +173,7 @@ pub fn rewrite_response(
     version: i16,
     body: &Bytes,
     map: &AddressMap,
-    seen: &mut Vec<SeenBroker>,
+    seen: &mut Observed,
 ) -> anyhow::Result<Option<Bytes>> {
     let Ok(api) = ApiKey::try_from(api_key) else {
         return Ok(None);
@@ -172,7 +181,20 @@ pub fn rewrite_response(
     match api {
         ApiKey::ApiVersions => versions::clamp_api_versions(body, version),
         ApiKey::Metadata => recode(body, version, map, seen, |m: &mut MetadataResponse, p| {
-            p.endpoints(&mut m.brokers)
+            p.endpoints(&mut m.brokers);
+            for topic in &m.topics {
+                if let Some(name) = &topic.name {
+                    let layout = (topic.error_code == 0).then(|| {
+                        TopicLayout::new(
+                            topic
+                                .partitions
+                                .iter()
+                                .map(|p| (p.partition_index, p.leader_id.0)),
+                        )
+                    });
+                    p.seen.topics.push((name.to_string(), layout));
+                }
+            }
         }),
         ApiKey::DescribeCluster => recode(
             body,
@@ -189,7 +211,9 @@ pub fn rewrite_response(
             |m: &mut FindCoordinatorResponse, p| {
                 if version < 4 {
                     if m.node_id.0 >= 0 {
-                        p.seen.push((m.node_id.0, m.host.to_string(), m.port));
+                        p.seen
+                            .brokers
+                            .push((m.node_id.0, m.host.to_string(), m.port));
                         m.host = p.map.host.clone();
                         m.port = p.map.port(m.node_id.0);
                         p.changed = true;
@@ -271,7 +295,7 @@ mod tests {
         let resp =
             MetadataResponse::default().with_brokers(vec![broker(1, 19092), broker(3, 19094)]);
         for v in MetadataResponse::VERSIONS.min..=MetadataResponse::VERSIONS.max {
-            let mut seen = vec![];
+            let mut seen = Observed::default();
             let out = rewrite_response(3, v, &encode(&resp, v), &map(), &mut seen)
                 .unwrap()
                 .unwrap();
@@ -289,7 +313,7 @@ mod tests {
                 ]
             );
             assert_eq!(
-                seen,
+                seen.brokers,
                 vec![(1, "10.0.0.9".into(), 19092), (3, "10.0.0.9".into(), 19094)]
             );
         }
@@ -302,7 +326,7 @@ mod tests {
             .with_host(StrBytes::from_static_str("10.0.0.2"))
             .with_port(19093);
         for v in 0..=3 {
-            let out = rewrite_response(10, v, &encode(&old, v), &map(), &mut vec![])
+            let out = rewrite_response(10, v, &encode(&old, v), &map(), &mut Observed::default())
                 .unwrap()
                 .unwrap();
             let back = FindCoordinatorResponse::decode(&mut out.clone(), v).unwrap();
@@ -316,7 +340,7 @@ mod tests {
             Coordinator::default().with_node_id(BrokerId(-1)),
         ]);
         for v in 4..=6 {
-            let out = rewrite_response(10, v, &encode(&new, v), &map(), &mut vec![])
+            let out = rewrite_response(10, v, &encode(&new, v), &map(), &mut Observed::default())
                 .unwrap()
                 .unwrap();
             let back = FindCoordinatorResponse::decode(&mut out.clone(), v).unwrap();
@@ -329,7 +353,7 @@ mod tests {
     fn produce_without_endpoints_is_forwarded_as_is() {
         let resp = ProduceResponse::default();
         assert!(
-            rewrite_response(0, 11, &encode(&resp, 11), &map(), &mut vec![])
+            rewrite_response(0, 11, &encode(&resp, 11), &map(), &mut Observed::default())
                 .unwrap()
                 .is_none()
         );
@@ -339,7 +363,7 @@ mod tests {
                 .with_host(StrBytes::from_static_str("10.0.0.3"))
                 .with_port(19094),
         ]);
-        let out = rewrite_response(0, 11, &encode(&with, 11), &map(), &mut vec![])
+        let out = rewrite_response(0, 11, &encode(&with, 11), &map(), &mut Observed::default())
             .unwrap()
             .unwrap();
         let back = ProduceResponse::decode(&mut out.clone(), 11).unwrap();
@@ -361,7 +385,7 @@ mod tests {
                     .with_host(StrBytes::from_static_str("10.0.0.1"))
                     .with_port(19092),
             ]);
-        let out = rewrite_response(1, 17, &encode(&resp, 17), &map(), &mut vec![])
+        let out = rewrite_response(1, 17, &encode(&resp, 17), &map(), &mut Observed::default())
             .unwrap()
             .unwrap();
         let back = FetchResponse::decode(&mut out.clone(), 17).unwrap();
@@ -381,7 +405,7 @@ mod tests {
             for cut in 0..full.len() {
                 let part = full.slice(..cut);
                 assert!(
-                    rewrite_response(3, v, &part, &map(), &mut vec![]).is_err(),
+                    rewrite_response(3, v, &part, &map(), &mut Observed::default()).is_err(),
                     "v{v} cut {cut}"
                 );
             }

@@ -27,7 +27,9 @@ use crate::metrics::BrokerMetrics;
 use crate::protocol::frame::{FrameCodec, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
-use crate::rewrite::{needs_rewrite, rewrite_response};
+use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
+use crate::route::scores::BrokerScore;
+use kafka_protocol::messages::ApiKey;
 
 /// The answer to one request: the response payload, or why there is none.
 pub type Reply = Result<Bytes, UpstreamGone>;
@@ -89,14 +91,14 @@ impl Upstream {
         let (rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_requests(wr, rx, pending_tx));
-        tokio::spawn(read_responses(
-            rd,
-            pending_rx,
-            proxy.clone(),
-            metrics,
+        let score = (node_id >= 0).then(|| proxy.router.scores.broker(node_id));
+        let link = Arc::new(Link {
             node_id,
-        ));
+            metrics,
+            score,
+        });
+        tokio::spawn(write_requests(wr, rx, pending_tx, link.clone()));
+        tokio::spawn(read_responses(rd, pending_rx, proxy.clone(), link));
         Ok(Upstream { node_id, tx })
     }
 
@@ -112,19 +114,40 @@ struct InFlight {
     sent: Instant,
 }
 
+/// What the writer and reader of one connection share about their broker.
+struct Link {
+    node_id: i32,
+    metrics: Arc<BrokerMetrics>,
+    /// The broker's live score; Produce round trips feed it. None for unknown bootstrap nodes.
+    score: Option<Arc<BrokerScore>>,
+}
+
+impl Link {
+    fn is_scored(&self, api_key: i16) -> Option<&BrokerScore> {
+        self.score
+            .as_deref()
+            .filter(|_| api_key == ApiKey::Produce as i16)
+    }
+}
+
 async fn write_requests(
     wr: OwnedWriteHalf,
     mut rx: mpsc::Receiver<Outbound>,
     pending_tx: mpsc::UnboundedSender<InFlight>,
+    link: Arc<Link>,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, wr);
     while let Some(Outbound { frame, pending }) = rx.recv().await {
+        if frame.get(..2) == Some(&[0, 0]) {
+            link.metrics.produce_bytes.increment(frame.len() as u64);
+        }
         if let Some(pending) = pending {
             // Queue the reply before the bytes leave, so the reader always finds it.
-            let in_flight = InFlight {
-                pending,
-                sent: Instant::now(),
-            };
+            let sent = Instant::now();
+            if let Some(score) = link.is_scored(pending.api_key) {
+                score.sent(sent);
+            }
+            let in_flight = InFlight { pending, sent };
             if pending_tx.send(in_flight).is_err() {
                 return; // reader gone: the broker closed the connection
             }
@@ -148,9 +171,9 @@ async fn read_responses(
     rd: OwnedReadHalf,
     mut pending_rx: mpsc::UnboundedReceiver<InFlight>,
     proxy: Arc<Proxy>,
-    metrics: Arc<BrokerMetrics>,
-    node_id: i32,
+    link: Arc<Link>,
 ) {
+    let (metrics, node_id) = (&link.metrics, link.node_id);
     let mut frames = FramedRead::with_capacity(
         rd,
         FrameCodec::new(proxy.config.limits.max_frame_bytes),
@@ -170,7 +193,13 @@ async fn read_responses(
             proxy.metrics.upstream_protocol_errors.increment(1);
             break "response without a request".to_string();
         };
-        metrics.latency(pending.api_key).record(sent.elapsed());
+        let now = Instant::now();
+        metrics
+            .latency(pending.api_key)
+            .record(now.saturating_duration_since(sent));
+        if let Some(score) = link.is_scored(pending.api_key) {
+            score.answered(sent, now, &proxy.router.scores.config);
+        }
         match response_correlation_id(&frame) {
             Ok(id) if id == pending.correlation_id => {}
             _ => {
@@ -198,6 +227,11 @@ async fn read_responses(
     while let Ok(p) = pending_rx.try_recv() {
         waiting.push_back(p);
     }
+    for w in &waiting {
+        if let Some(score) = link.is_scored(w.pending.api_key) {
+            score.abandoned(w.sent);
+        }
+    }
     if waiting.is_empty() {
         debug!(broker = node_id, "upstream connection ended: {ended}");
     } else {
@@ -220,7 +254,7 @@ fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result
         return Ok(frame);
     };
     let (header, body) = split_response(&frame, api.response_header_version(pending.api_version))?;
-    let mut seen = Vec::new();
+    let mut seen = Observed::default();
     let rewritten = rewrite_response(
         pending.api_key,
         pending.api_version,
@@ -228,7 +262,8 @@ fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result
         &proxy.addresses,
         &mut seen,
     )?;
-    proxy.cluster.observe(&seen);
+    proxy.cluster.observe(&seen.brokers);
+    proxy.cluster.observe_topics(seen.topics);
     Ok(match rewritten {
         None => frame,
         Some(body) => {

@@ -6,6 +6,7 @@
 //! when later parts finish first. A malformed frame ends only this connection, with one log
 //! line and a metric.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use tracing::{debug, warn};
 use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
-use crate::route::{Plan, plan};
+use crate::route::{Merge, Plan, Split, plan};
 use crate::upstream::{Outbound, PendingReply, Reply, Upstream, UpstreamGone};
 
 /// Which kroute listener a client connected to.
@@ -33,7 +34,8 @@ pub enum Target {
     Broker(i32),
 }
 
-/// A reply in request order: already known, or still coming from upstream.
+/// A reply in request order: already known, still coming from upstream, or to be merged from
+/// the answers of several brokers.
 enum Slot {
     Ready {
         api_key: i16,
@@ -43,6 +45,52 @@ enum Slot {
         api_key: i16,
         reply: oneshot::Receiver<Reply>,
     },
+    Merging {
+        api_key: i16,
+        replies: Vec<oneshot::Receiver<Reply>>,
+        merge: Box<dyn Merge>,
+    },
+}
+
+/// The upstream connections of one client connection: its own broker's, plus those opened
+/// on demand to other brokers for the parts of split requests.
+struct Upstreams<'a> {
+    proxy: &'a Arc<Proxy>,
+    home: Upstream,
+    others: HashMap<i32, Upstream>,
+}
+
+impl Upstreams<'_> {
+    /// Sends one part to `node_id`, connecting first if needed. Failure to reach the broker is
+    /// not fatal for the client connection: the part's reply (if any) becomes an error.
+    async fn send_part(&mut self, node_id: i32, out: Outbound) {
+        if node_id == self.home.node_id {
+            let _ = self.home.send(out).await;
+            return;
+        }
+        if !self.others.contains_key(&node_id) {
+            let Some(addr) = self.proxy.cluster.address(node_id) else {
+                return;
+            };
+            match Upstream::connect(self.proxy, node_id, &addr).await {
+                Ok(u) => {
+                    self.others.insert(node_id, u);
+                }
+                Err(e) => {
+                    debug!(
+                        broker = node_id,
+                        "cannot open a connection for a routed part: {e}"
+                    );
+                    return;
+                }
+            }
+        }
+        if let Some(u) = self.others.get(&node_id)
+            && u.send(out).await.is_err()
+        {
+            self.others.remove(&node_id); // reconnect next time
+        }
+    }
 }
 
 /// Why kroute closed a client connection.
@@ -83,8 +131,13 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, target: Target, proxy: A
     let (rd, wr) = stream.into_split();
     let (slots_tx, slots_rx) = mpsc::channel(proxy.config.limits.max_in_flight_per_connection);
 
+    let upstreams = Upstreams {
+        proxy: &proxy,
+        home: upstream,
+        others: HashMap::new(),
+    };
     tokio::select! {
-        read = read_requests(rd, &upstream, slots_tx, &proxy) => match read {
+        read = read_requests(rd, upstreams, slots_tx, &proxy) => match read {
             Ok(()) => debug!(%peer, "client closed the connection"),
             Err(ClientError::Upstream(_)) => debug!(%peer, "upstream went away"),
             Err(e) => {
@@ -142,10 +195,11 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
 
 async fn read_requests(
     rd: OwnedReadHalf,
-    upstream: &Upstream,
+    mut upstreams: Upstreams<'_>,
     slots: mpsc::Sender<Slot>,
     proxy: &Proxy,
 ) -> Result<(), ClientError> {
+    let home = upstreams.home.node_id;
     let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
     let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
     while let Some(frame) = frames.next().await {
@@ -154,42 +208,61 @@ async fn read_requests(
         let api = proxy.metrics.api(head.api_key);
         api.requests.increment(1);
         api.request_bytes.increment(4 + frame.len() as u64);
-        match plan(&head, &frame)? {
+        let pending = |reply| PendingReply {
+            api_key: head.api_key,
+            api_version: head.api_version,
+            correlation_id: head.correlation_id,
+            reply,
+        };
+        // Every reply slot is queued before its request leaves, so replies keep request order.
+        match plan(proxy, home, &head, &frame)? {
             Plan::ForwardNoReply => {
-                upstream
-                    .send(Outbound {
-                        frame,
-                        pending: None,
-                    })
-                    .await?;
+                let out = Outbound {
+                    frame,
+                    pending: None,
+                };
+                upstreams.home.send(out).await?;
             }
             Plan::Answer(payload) => {
-                let slot = Slot::Ready {
-                    api_key: head.api_key,
-                    payload,
-                };
+                let api_key = head.api_key;
+                let slot = Slot::Ready { api_key, payload };
                 slots.send(slot).await.map_err(|_| UpstreamGone)?;
             }
             Plan::Forward => {
-                let (tx, rx) = oneshot::channel();
-                let slot = Slot::Waiting {
-                    api_key: head.api_key,
-                    reply: rx,
+                let (tx, reply) = oneshot::channel();
+                let api_key = head.api_key;
+                slots
+                    .send(Slot::Waiting { api_key, reply })
+                    .await
+                    .map_err(|_| UpstreamGone)?;
+                let out = Outbound {
+                    frame,
+                    pending: Some(pending(tx)),
                 };
-                // The slot is queued before the request leaves, so replies keep request order.
-                slots.send(slot).await.map_err(|_| UpstreamGone)?;
-                let pending = PendingReply {
-                    api_key: head.api_key,
-                    api_version: head.api_version,
-                    correlation_id: head.correlation_id,
-                    reply: tx,
-                };
-                upstream
-                    .send(Outbound {
-                        frame,
-                        pending: Some(pending),
-                    })
-                    .await?;
+                upstreams.home.send(out).await?;
+            }
+            Plan::Split(Split { parts, merge }) => {
+                let mut senders = Vec::with_capacity(parts.len());
+                if let Some(merge) = merge {
+                    let (txs, replies): (Vec<_>, Vec<_>) =
+                        parts.iter().map(|_| oneshot::channel()).unzip();
+                    let api_key = head.api_key;
+                    let slot = Slot::Merging {
+                        api_key,
+                        replies,
+                        merge,
+                    };
+                    slots.send(slot).await.map_err(|_| UpstreamGone)?;
+                    senders = txs.into_iter().map(Some).collect();
+                }
+                for (i, part) in parts.into_iter().enumerate() {
+                    let reply = senders.get_mut(i).and_then(Option::take);
+                    let out = Outbound {
+                        frame: part.frame,
+                        pending: reply.map(pending),
+                    };
+                    upstreams.send_part(part.node_id, out).await;
+                }
             }
         }
     }
@@ -206,6 +279,17 @@ async fn write_replies(
         let (api_key, payload) = match slot {
             Slot::Ready { api_key, payload } => (api_key, payload),
             Slot::Waiting { api_key, reply } => (api_key, reply.await.map_err(|_| UpstreamGone)??),
+            Slot::Merging {
+                api_key,
+                replies,
+                merge,
+            } => {
+                let mut answers = Vec::with_capacity(replies.len());
+                for reply in replies {
+                    answers.push(reply.await.unwrap_or(Err(UpstreamGone)));
+                }
+                (api_key, merge.merge(answers))
+            }
         };
         proxy
             .metrics

@@ -100,15 +100,6 @@ impl<'a> WireReader<'a> {
         Ok(())
     }
 
-    /// Skips a compact (uvarint length + 1) nullable string.
-    pub fn skip_compact_string(&mut self, what: &'static str) -> Result<(), Malformed> {
-        let len_plus_one = self.unsigned_varint(what)?;
-        if len_plus_one > 1 {
-            self.skip(len_plus_one as usize - 1, what)?;
-        }
-        Ok(())
-    }
-
     /// Skips a tagged-field section (count, then tag + size + data for each).
     pub fn skip_tagged_fields(&mut self, what: &'static str) -> Result<(), Malformed> {
         let count = self.unsigned_varint(what)?;
@@ -121,8 +112,17 @@ impl<'a> WireReader<'a> {
     }
 }
 
-/// Returns the `acks` of a Produce request, reading past its header and transactional id.
-pub fn produce_acks(payload: &[u8], version: i16) -> Result<i16, Malformed> {
+/// What kroute reads of every Produce request before deciding anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceHead {
+    /// Where the request body starts (after the request header).
+    pub body_offset: usize,
+    pub transactional: bool,
+    pub acks: i16,
+}
+
+/// Reads a Produce request past its header and transactional id, up to `acks`.
+pub fn produce_head(payload: &[u8], version: i16) -> Result<ProduceHead, Malformed> {
     const WHAT: &str = "produce request header";
     let mut r = WireReader::new(payload);
     r.skip(8, WHAT)?;
@@ -131,13 +131,24 @@ pub fn produce_acks(payload: &[u8], version: i16) -> Result<i16, Malformed> {
     if version >= 9 {
         r.skip_tagged_fields(WHAT)?;
     }
-    // transactional_id exists from v3 on; compact from v9 (flexible versions).
-    if version >= 9 {
-        r.skip_compact_string(WHAT)?;
+    let body_offset = r.position();
+    // transactional_id (nullable) exists from v3 on; compact from v9 (flexible versions).
+    let transactional = if version >= 9 {
+        let len_plus_one = r.unsigned_varint(WHAT)?;
+        r.skip((len_plus_one as usize).saturating_sub(1), WHAT)?;
+        len_plus_one != 0
     } else if version >= 3 {
-        r.skip_nullable_string(WHAT)?;
-    }
-    r.i16("produce acks")
+        let len = r.i16(WHAT)?;
+        r.skip(len.max(0) as usize, WHAT)?;
+        len >= 0
+    } else {
+        false
+    };
+    Ok(ProduceHead {
+        body_offset,
+        transactional,
+        acks: r.i16("produce acks")?,
+    })
 }
 
 /// Offset of the response body: after the correlation id and, in header v1, the tagged fields.
@@ -168,7 +179,7 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::messages::{ProduceRequest, RequestHeader, TransactionalId};
-    use kafka_protocol::protocol::{Encodable, StrBytes};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
     fn encode_produce(version: i16, acks: i16, txn: Option<&str>) -> Bytes {
         let header = RequestHeader::default()
@@ -199,12 +210,22 @@ mod tests {
     }
 
     #[test]
+    fn body_offset_points_at_the_body() {
+        let frame = encode_produce(9, 1, Some("t"));
+        let head = produce_head(&frame, 9).unwrap();
+        let body = ProduceRequest::decode(&mut frame.slice(head.body_offset..), 9).unwrap();
+        assert_eq!(body.acks, 1);
+    }
+
+    #[test]
     fn finds_acks_in_every_produce_version() {
         for version in 3..=13 {
             for acks in [-1, 0, 1] {
                 for txn in [None, Some("txn-a")] {
                     let frame = encode_produce(version, acks, txn);
-                    assert_eq!(produce_acks(&frame, version).unwrap(), acks, "v{version}");
+                    let head = produce_head(&frame, version).unwrap();
+                    assert_eq!(head.acks, acks, "v{version}");
+                    assert_eq!(head.transactional, txn.is_some(), "v{version}");
                 }
             }
         }
@@ -214,9 +235,9 @@ mod tests {
     fn truncated_produce_is_malformed_not_a_panic() {
         let frame = encode_produce(9, 0, Some("t"));
         for cut in 0..frame.len().min(40) {
-            let _ = produce_acks(&frame[..cut], 9);
+            let _ = produce_head(&frame[..cut], 9);
         }
-        assert!(produce_acks(&frame[..10], 9).is_err());
+        assert!(produce_head(&frame[..10], 9).is_err());
     }
 
     #[test]

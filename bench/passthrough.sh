@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# Pass-through cost of kroute, side by side in one run on the local cluster (scripts/cluster.sh).
+#
+#   bench/passthrough.sh            full run (defaults below, ~10 minutes on 2 cores)
+#   BENCH_ROUNDS=1 BENCH_RECORDS=20000 BENCH_FIXED_SECONDS=5 BENCH_DOCS=none bench/passthrough.sh
+#                                   smoke run
+#
+# Kafka's Java producer perf test (org.apache.kafka.tools.ProducerPerformance, 1 KiB records,
+# acks=all) produces to one fresh topic (6 partitions, RF 3, min.insync.replicas=2) three ways:
+#   direct  producer -> brokers 127.0.0.1:19092-19094
+#   kroute  producer -> kroute (bootstrap 127.0.0.1:9192, brokers 9200+id) -> brokers
+#   relay   producer -> socat (plain TCP relay, one per broker) -> brokers: the L4 floor
+# in two phases: max throughput (--throughput -1) and a fixed offered load (--throughput N).
+# Every round runs each case once, in an order rotated per round, so drift hits all cases.
+#
+# The relay case runs the producer in a network namespace that has no route to the host's
+# loopback. Inside it, an iptables OUTPUT DNAT rule turns 127.0.0.1:19092-19094 (the addresses
+# the brokers advertise in metadata) into 10.255.77.1:<same port> across a veth pair, where the
+# socat relays listen (the brokers themselves listen on 127.0.0.1 only). So every connection the
+# producer makes to any broker, including the ones it learns from metadata, must cross a relay;
+# there is no other path. docs/benchmarks.md explains this in detail.
+#
+# Validity checks (the run fails if one does not hold):
+#   - each kroute round: kroute_request_bytes_total{api="Produce"} grew by >= records x size
+#   - each direct/relay round: that counter did not move (the traffic did not touch kroute)
+#   - each relay round: the veth carried >= records x size bytes from the namespace
+#   - the namespace cannot reach an unrelayed host port (controller 127.0.0.1:19091)
+#   - the producer reported all records sent and no errors
+#
+# Environment (defaults in brackets):
+#   BENCH_ROUNDS          rounds per phase [5]
+#   BENCH_RECORDS         records per max-throughput run [200000]
+#   BENCH_RECORD_SIZE     bytes per record [1024]
+#   BENCH_FIXED_RATE      offered load in records/s for the fixed-load phase, or "auto" =
+#                         BENCH_FIXED_FRACTION x the median direct max throughput [auto]
+#   BENCH_FIXED_FRACTION  [0.5]
+#   BENCH_FIXED_SECONDS   duration of each fixed-load run [20]
+#   BENCH_WARMUP_RECORDS  one uncounted run per case before the rounds (0 = none) [50000]
+#   BENCH_PHASES          "max fixed" (or one of them) [max fixed]
+#   BENCH_DOCS            file whose results section is replaced, "none" to skip
+#                         [docs/benchmarks.md]
+#   BENCH_BUILD           1 = cargo build --release first [1]
+#   KROUTE_BIN            kroute binary [target/release/kroute]
+# Raw per-round lines and all logs: target/bench/ (results.tsv, raw/, kroute.log, socat*.log).
+# Needs root (network namespace, veth, iptables inside the namespace); installs socat and
+# iptables with apt-get if missing. Starts the cluster if it is not running and stops it again
+# at the end only if it started it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+ROUNDS=${BENCH_ROUNDS:-5}
+RECORDS=${BENCH_RECORDS:-200000}
+RECORD_SIZE=${BENCH_RECORD_SIZE:-1024}
+FIXED_RATE=${BENCH_FIXED_RATE:-auto}
+FIXED_FRACTION=${BENCH_FIXED_FRACTION:-0.5}
+FIXED_SECONDS=${BENCH_FIXED_SECONDS:-20}
+WARMUP_RECORDS=${BENCH_WARMUP_RECORDS:-50000}
+PHASES=${BENCH_PHASES:-max fixed}
+DOCS=${BENCH_DOCS:-docs/benchmarks.md}
+BUILD=${BENCH_BUILD:-1}
+KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
+
+CASES=(direct kroute relay)
+BROKER_PORTS=(19092 19093 19094)
+DIRECT_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
+KROUTE_BOOTSTRAP_PORT=9192
+KROUTE_BROKER_BASE=9200
+KROUTE_ADMIN=127.0.0.1:9744
+NS=kroute-bench            # network namespace of the relay case
+VETH_HOST=krbench0         # host end of the veth pair
+VETH_NS=krbench1           # namespace end
+RELAY_IP=10.255.77.1       # host end address: the socat relays listen here
+NS_IP=10.255.77.2
+OUT=$REPO/target/bench
+RAW=$OUT/raw
+RESULTS=$OUT/results.tsv
+TOPIC=kroute-bench-$(date +%s)
+
+say() { echo "bench: $*" >&2; }
+die() { echo "bench: FAILED: $*" >&2; exit 1; }
+
+for v in ROUNDS RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "BENCH_$v must be a non-negative integer (got '${!v}')"
+done
+[ "$ROUNDS" -ge 1 ] && [ "$RECORDS" -ge 1 ] && [ "$FIXED_SECONDS" -ge 1 ] || die "rounds, records, seconds must be >= 1"
+[[ $FIXED_RATE == auto || $FIXED_RATE =~ ^[0-9]+$ ]] || die "BENCH_FIXED_RATE must be auto or records/s"
+for p in $PHASES; do [[ $p == max || $p == fixed ]] || die "BENCH_PHASES: unknown phase '$p'"; done
+if [[ $FIXED_RATE == auto && " $PHASES " == *" fixed "* && " $PHASES " != *" max "* ]]; then
+  die "BENCH_FIXED_RATE=auto needs the max phase; give a rate"
+fi
+[ "$(id -u)" = 0 ] || die "needs root (network namespace + iptables for the relay case)"
+
+# ---------------------------------------------------------------------------------------------
+# tools
+
+ensure_pkg() { # COMMAND PACKAGE
+  command -v "$1" >/dev/null && return 0
+  say "installing $2"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2"; } >/dev/null 2>&1 ||
+    die "apt-get install $2 failed"
+  command -v "$1" >/dev/null || die "$1 still missing after installing $2"
+}
+ensure_pkg socat socat
+ensure_pkg iptables iptables
+ensure_pkg curl curl
+command -v ip >/dev/null || die "ip (iproute2) missing"
+command -v python3 >/dev/null || die "python3 missing"
+
+mkdir -p "$RAW"
+
+# ---------------------------------------------------------------------------------------------
+# cleanup
+
+started_cluster=0
+kroute_pid=
+relay_pids=()
+topic_created=0
+
+cleanup() {
+  local rc=$? p c
+  set +e
+  if [ -n "$kroute_pid" ]; then kill -TERM "$kroute_pid" 2>/dev/null; wait "$kroute_pid" 2>/dev/null; fi
+  for p in "${relay_pids[@]}"; do
+    # socat forks one child per connection; end the children of our relays, then the relay
+    for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do kill -TERM "$c" 2>/dev/null; done
+    kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null
+  done
+  ip netns del "$NS" 2>/dev/null   # takes the veth pair with it
+  ip link del "$VETH_HOST" 2>/dev/null
+  if [ "$topic_created" = 1 ]; then scripts/cluster.sh delete-topic "$TOPIC" >/dev/null 2>&1; fi
+  if [ "$started_cluster" = 1 ]; then say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+poll() { # TRIES INTERVAL CMD...: run CMD until it succeeds, at most TRIES times
+  local tries=$1 interval=$2 i; shift 2
+  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
+  return 1
+}
+
+metric() { # NAME API: value of a kroute counter (0 if not yet present)
+  curl -fsS --max-time 5 "http://$KROUTE_ADMIN/metrics" |
+    awk -v n="$1" -v a="api=\"$2\"" 'index($1, n "{") == 1 && index($1, a) { v = $2 } END { printf "%.0f\n", v + 0 }'
+}
+kroute_produce_bytes() { metric kroute_request_bytes_total Produce; }
+kroute_produce_requests() { metric kroute_requests_total Produce; }
+kroute_connections() {
+  curl -fsS --max-time 5 "http://$KROUTE_ADMIN/metrics" |
+    awk '$1 == "kroute_client_connections_total" { v = $2 } END { printf "%.0f\n", v + 0 }'
+}
+# connections the namespace's DNAT rule redirected to the relays (the nat table sees the first
+# packet of each connection only)
+relay_connections() {
+  ip netns exec "$NS" iptables -t nat -L OUTPUT -v -n -x | awk '$3 == "DNAT" { v += $1 } END { print v + 0 }'
+}
+
+cpu_ticks() { # PID [children]: utime+stime (+cutime+cstime) in clock ticks
+  local f; f=$(sed 's/^.*) //' "/proc/$1/stat") || return 1
+  # after "pid (comm) ": state=1 ... utime=12 stime=13 cutime=14 cstime=15
+  awk -v ch="${2:-}" '{ t = $12 + $13; if (ch == "children") t += $14 + $15; print t }' <<<"$f"
+}
+CLK_TCK=$(getconf CLK_TCK)
+
+relay_ticks() { local p t=0; for p in "${relay_pids[@]}"; do t=$((t + $(cpu_ticks "$p" children))); done; echo $t; }
+relay_children() { local p n=0; for p in "${relay_pids[@]}"; do n=$((n + $(ps -o pid= --ppid "$p" | wc -l))); done; echo $n; }
+no_relay_children() { [ "$(relay_children)" = 0 ]; }
+veth_rx() { cat "/sys/class/net/$VETH_HOST/statistics/rx_bytes"; }
+
+kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://$KROUTE_ADMIN/ready" 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+ns_port_open() { ip netns exec "$NS" bash -c "(exec 3<>/dev/tcp/$1/$2) 2>/dev/null"; }
+
+# ---------------------------------------------------------------------------------------------
+# cluster, topic, kroute, relay
+
+if ! scripts/cluster.sh status >/dev/null 2>&1; then
+  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running cluster
+  say "starting the cluster"
+  KROUTE_CLUSTER_MODE=direct scripts/cluster.sh start >/dev/null
+  started_cluster=1
+fi
+
+# the direct and relay cases need the brokers to advertise their own listeners (cluster.sh's
+# "direct" mode), not relays in front of them
+cluster_bootstrap=$(scripts/cluster.sh bootstrap)
+[ "$cluster_bootstrap" = "$DIRECT_BOOTSTRAP" ] ||
+  die "the cluster advertises $cluster_bootstrap, not $DIRECT_BOOTSTRAP (restart it in direct mode)"
+KAFKA_LIB=$(scripts/cluster.sh lib)
+TOOL_LOG4J=$REPO/scripts/kafka/log4j2-tools.properties
+[ -f "$TOOL_LOG4J" ] || die "$TOOL_LOG4J missing"
+# the producer JVM (like kafka-producer-perf-test.sh: 512 MB heap; full JIT; quiet logging)
+PRODUCER_JVM=(java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true
+  "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.ProducerPerformance)
+advertised=$(java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true \
+    "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.BrokerApiVersionsCommand \
+    --bootstrap-server "$DIRECT_BOOTSTRAP" 2>/dev/null | sed -n 's/^\([^ ]*\) (id: .*/\1/p' | sort | tr '\n' ',')
+[ "$advertised" = "$DIRECT_BOOTSTRAP," ] ||
+  die "brokers advertise '${advertised%,}' in metadata, expected $DIRECT_BOOTSTRAP (the relay case DNATs exactly those)"
+say "brokers advertise ${advertised%,} (checked in metadata)"
+
+if [ "$BUILD" = 1 ]; then
+  say "cargo build --release"
+  cargo build --release --quiet || die "cargo build --release failed"
+fi
+[ -x "$KROUTE_BIN" ] || die "$KROUTE_BIN not found (cargo build --release)"
+
+for p in "$KROUTE_BOOTSTRAP_PORT" $((KROUTE_BROKER_BASE + 1)) $((KROUTE_BROKER_BASE + 2)) $((KROUTE_BROKER_BASE + 3)) "${KROUTE_ADMIN##*:}"; do
+  port_open 127.0.0.1 "$p" && die "port $p is already in use (another kroute bench?)"
+done
+
+say "creating topic $TOPIC (6 partitions, RF 3, leaders 2 per broker, min.insync.replicas=2)"
+scripts/cluster.sh create-topic "$TOPIC" --replica-assignment 1:2:3,2:3:1,3:1:2,1:3:2,2:1:3,3:2:1 \
+  --config min.insync.replicas=2 >/dev/null
+topic_created=1
+
+cat >"$OUT/kroute.toml" <<EOF
+# written by bench/passthrough.sh
+[listen]
+bind_host = "127.0.0.1"
+advertised_host = "127.0.0.1"
+bootstrap_port = $KROUTE_BOOTSTRAP_PORT
+broker_port_base = $KROUTE_BROKER_BASE
+
+[upstream]
+bootstrap_servers = ["127.0.0.1:19092", "127.0.0.1:19093", "127.0.0.1:19094"]
+
+[admin]
+listen = "$KROUTE_ADMIN"
+EOF
+"$KROUTE_BIN" --config "$OUT/kroute.toml" </dev/null >"$OUT/kroute.log" 2>&1 &
+kroute_pid=$!
+poll 100 0.2 kroute_ready || { tail -n 20 "$OUT/kroute.log" >&2; die "kroute not ready within 20s"; }
+say "kroute pid $kroute_pid ready ($KROUTE_ADMIN)"
+
+# relay namespace: its only way out is the veth; 127.0.0.1:19092-19094 is DNATed to the relays
+ip netns del "$NS" 2>/dev/null || true
+ip link del "$VETH_HOST" 2>/dev/null || true
+if ip -4 -o addr show | grep -q " ${RELAY_IP%.*}\."; then die "${RELAY_IP%.*}.0/24 is in use on this host"; fi
+ip netns add "$NS"
+ip link add "$VETH_HOST" type veth peer name "$VETH_NS"
+ip link set "$VETH_NS" netns "$NS"
+ip addr add "$RELAY_IP/30" dev "$VETH_HOST"
+ip link set "$VETH_HOST" up
+ip -n "$NS" link set lo up
+ip -n "$NS" addr add "$NS_IP/30" dev "$VETH_NS"
+ip -n "$NS" link set "$VETH_NS" up
+# packets addressed to 127.0.0.1 may leave through the veth once DNATed ...
+ip netns exec "$NS" sysctl -qw net.ipv4.conf.all.route_localnet=1 "net.ipv4.conf.$VETH_NS.route_localnet=1"
+ip netns exec "$NS" iptables -t nat -A OUTPUT -d 127.0.0.1/32 -p tcp --dport 19092:19094 \
+  -j DNAT --to-destination "$RELAY_IP"
+# ... with the namespace's veth address as source (127.0.0.1 is not routable on the veth)
+ip netns exec "$NS" iptables -t nat -A POSTROUTING -o "$VETH_NS" -j SNAT --to-source "$NS_IP"
+for p in "${BROKER_PORTS[@]}"; do
+  socat "TCP4-LISTEN:$p,bind=$RELAY_IP,reuseaddr,fork,nodelay" "TCP4:127.0.0.1:$p,nodelay" \
+    </dev/null >"$OUT/socat-$p.log" 2>&1 &
+  relay_pids+=($!)
+done
+for p in "${BROKER_PORTS[@]}"; do
+  poll 50 0.1 port_open "$RELAY_IP" "$p" || die "socat relay on $RELAY_IP:$p did not come up"
+  poll 1 0 ns_port_open 127.0.0.1 "$p" || die "namespace cannot reach broker port $p through the relay"
+done
+poll 50 0.1 no_relay_children || die "relay probe connections did not close"
+# the controller port is not relayed: if the namespace could reach the host loopback, this would connect
+if ns_port_open 127.0.0.1 19091; then die "namespace $NS reaches the host's 127.0.0.1 directly: relay case invalid"; fi
+say "relay: namespace $NS -> DNAT -> socat on $RELAY_IP:19092-19094 (pids ${relay_pids[*]}) -> brokers; unrelayed 127.0.0.1:19091 unreachable from the namespace (checked)"
+
+# ---------------------------------------------------------------------------------------------
+# one producer run
+
+RESULT_HEADER="phase	round	case	records	records_per_s	mb_per_s	avg_ms	max_ms	p50_ms	p95_ms	p99_ms	p999_ms	offered_rps	kroute_produce_bytes	kroute_produce_requests	kroute_connections	kroute_cpu_s	relay_bytes	relay_connections	relay_cpu_s	wall_s"
+[ -f "$RESULTS" ] && mv -f "$RESULTS" "$RESULTS.prev"
+echo "$RESULT_HEADER" >"$RESULTS"
+
+run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recorded)
+  local phase=$1 round=$2 case=$3 n=$4 tput=$5
+  local log="$RAW/$phase-$round-$case.log" bootstrap prefix=()
+  case $case in
+    direct) bootstrap=$DIRECT_BOOTSTRAP ;;
+    kroute) bootstrap=127.0.0.1:$KROUTE_BOOTSTRAP_PORT ;;
+    relay)  bootstrap=$DIRECT_BOOTSTRAP; prefix=(ip netns exec "$NS") ;;  # same addresses, namespace relays them
+  esac
+  local kb0 kr0 kc0 kt0 rb0 rc0 rt0 t0 kb1 kr1 kc1 kt1 rb1 rc1 rt1 t1
+  kb0=$(kroute_produce_bytes); kr0=$(kroute_produce_requests); kc0=$(kroute_connections); kt0=$(cpu_ticks "$kroute_pid")
+  rb0=$(veth_rx); rc0=$(relay_connections); rt0=$(relay_ticks); t0=$(date +%s.%N)
+  if ! "${prefix[@]}" "${PRODUCER_JVM[@]}" \
+      --topic "$TOPIC" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" \
+      --producer-props "bootstrap.servers=$bootstrap" acks=all "client.id=kroute-bench-$case" \
+      >"$log" 2>&1; then
+    tail -n 20 "$log" >&2; die "producer failed ($phase round $round, $case): $log"
+  fi
+  t1=$(date +%s.%N)
+  # socat children exit when the producer's connections close; their CPU time then lands in the
+  # parents' cutime/cstime
+  poll 100 0.1 no_relay_children || die "relay connections still open 10s after the producer exited"
+  kb1=$(kroute_produce_bytes); kr1=$(kroute_produce_requests); kc1=$(kroute_connections); kt1=$(cpu_ticks "$kroute_pid")
+  rb1=$(veth_rx); rc1=$(relay_connections); rt1=$(relay_ticks)
+  kill -0 "$kroute_pid" 2>/dev/null || die "kroute exited (see $OUT/kroute.log)"
+
+  grep -qE 'Exception|ERROR' "$log" && { grep -E 'Exception|ERROR' "$log" | head -5 >&2; die "producer reported errors: $log"; }
+  local line; line=$(grep -E 'records sent, .* 99\.9th\.?$' "$log" | tail -n 1) ||
+    die "no final ProducerPerformance line in $log"
+  local parsed
+  parsed=$(sed -E 's/^([0-9]+) records sent, ([0-9.]+) records\/sec \(([0-9.]+) MB\/sec\), ([0-9.]+) ms avg latency, ([0-9.]+) ms max latency, ([0-9]+) ms 50th, ([0-9]+) ms 95th, ([0-9]+) ms 99th, ([0-9]+) ms 99\.9th\.?$/\1 \2 \3 \4 \5 \6 \7 \8 \9/' <<<"$line")
+  local sent rps mbps avg max p50 p95 p99 p999
+  read -r sent rps mbps avg max p50 p95 p99 p999 <<<"$parsed"
+  [[ $sent =~ ^[0-9]+$ && -n $p999 ]] || die "cannot parse '$line' ($log)"
+  [ "$sent" = "$n" ] || die "$case: producer sent $sent of $n records ($log)"
+
+  local dkb=$((kb1 - kb0)) dkr=$((kr1 - kr0)) dkc=$((kc1 - kc0)) drb=$((rb1 - rb0)) drc=$((rc1 - rc0)) payload=$((n * RECORD_SIZE))
+  local kcpu rcpu
+  kcpu=$(awk -v a="$kt0" -v b="$kt1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / h }')
+  rcpu=$(awk -v a="$rt0" -v b="$rt1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / h }')
+  case $case in
+    kroute)
+      [ "$dkb" -ge "$payload" ] ||
+        die "kroute round carried only $dkb Produce request bytes for $n x $RECORD_SIZE B records: traffic did not go through kroute"
+      [ "$drb" -lt $((payload / 100)) ] || die "relay veth carried $drb bytes during a kroute round" ;;
+    direct)
+      [ "$dkb" = 0 ] || die "kroute saw $dkb Produce bytes during a direct round"
+      [ "$drb" -lt $((payload / 100)) ] || die "relay veth carried $drb bytes during a direct round" ;;
+    relay)
+      [ "$dkb" = 0 ] || die "kroute saw $dkb Produce bytes during a relay round"
+      [ "$drb" -ge "$payload" ] ||
+        die "relay veth carried only $drb bytes for $n x $RECORD_SIZE B records: traffic did not go through the relay" ;;
+  esac
+  local wall; wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  say "$(printf '%-5s %-6s %-6s %8.0f rec/s %7.2f MB/s avg %8.2f ms p99 %5d ms | kroute +%d B Produce (%d req, %d conn) cpu %ss | relay +%d B (%d conn) cpu %ss' \
+    "$phase" "$round" "$case" "$rps" "$mbps" "$avg" "$p99" "$dkb" "$dkr" "$dkc" "$kcpu" "$drb" "$drc" "$rcpu")"
+  [ "$round" = warmup ] && return 0
+  printf '%s\n' "$phase	$round	$case	$n	$rps	$mbps	$avg	$max	$p50	$p95	$p99	$p999	$tput	$dkb	$dkr	$dkc	$kcpu	$drb	$drc	$rcpu	$wall" >>"$RESULTS"
+}
+
+run_phase() { # PHASE RECORDS THROUGHPUT
+  local phase=$1 n=$2 tput=$3 r i
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for ((i = 0; i < ${#CASES[@]}; i++)); do
+      run_case "$phase" "$r" "${CASES[$(((i + r - 1) % ${#CASES[@]}))]}" "$n" "$tput"
+    done
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+bench_start=$SECONDS
+if [ "$WARMUP_RECORDS" -gt 0 ]; then
+  for c in "${CASES[@]}"; do run_case warmup warmup "$c" "$WARMUP_RECORDS" -1; done
+fi
+if [[ " $PHASES " == *" max "* ]]; then
+  say "phase max: $ROUNDS rounds x ${CASES[*]}, $RECORDS records each, --throughput -1"
+  run_phase max "$RECORDS" -1
+fi
+if [[ " $PHASES " == *" fixed "* ]]; then
+  rate=$FIXED_RATE
+  if [ "$rate" = auto ]; then
+    rate=$(python3 bench/summarize.py --fixed-rate "$FIXED_FRACTION" "$RESULTS")
+  fi
+  say "phase fixed: $ROUNDS rounds x ${CASES[*]}, $rate records/s for ${FIXED_SECONDS}s each"
+  run_phase fixed $((rate * FIXED_SECONDS)) "$rate"
+fi
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+# the command line as run, with the BENCH_* / KROUTE_BIN settings that were given
+cmd="bench/passthrough.sh"
+for v in $(compgen -e | grep -E '^(BENCH_|KROUTE_BIN$)' | sort); do cmd="$v=${!v} $cmd"; done
+
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || commit="$commit + uncommitted changes"
+[ "$BUILD" = 1 ] || commit="$commit (not rebuilt: $KROUTE_BIN of $(date -u -r "$KROUTE_BIN" '+%Y-%m-%d %H:%M UTC'))"
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+BENCH_META=$(cat <<EOF
+date=$(date -u '+%Y-%m-%d %H:%M UTC')
+command=$cmd
+nproc=$(nproc)
+cpu=${cpu_model:-unknown}
+mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
+kernel=$(uname -r)
+kroute=$commit
+kafka=${KROUTE_KAFKA_VERSION:-4.1.2}
+java=$(java -version 2>&1 | head -n 1)
+socat=$(socat -V | sed -n 's/^socat version \([^ ]*\).*/\1/p')
+rounds=$ROUNDS
+records=$RECORDS
+record_size=$RECORD_SIZE
+fixed_seconds=$FIXED_SECONDS
+fixed_rate=${rate:-}
+fixed_rate_setting=$FIXED_RATE
+fixed_fraction=$FIXED_FRACTION
+warmup_records=$WARMUP_RECORDS
+loadavg_before=$load_before
+loadavg_after=$load_after
+duration_s=$((SECONDS - bench_start))
+topic=$TOPIC
+EOF
+)
+export BENCH_META
+python3 bench/summarize.py "$RESULTS" "$DOCS"

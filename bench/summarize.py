@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Summarizes bench/passthrough.sh results (target/bench/results.tsv).
+
+  summarize.py RESULTS.tsv DOCS.md|none     print the Markdown report; replace the results
+                                            section of DOCS.md (between the bench markers)
+  summarize.py --fixed-rate FRACTION RESULTS.tsv
+                                            print FRACTION x median direct max records/s,
+                                            rounded down to 100 (the auto fixed load)
+
+Run metadata comes from the BENCH_META environment variable (key=value lines).
+"""
+import csv
+import os
+import statistics
+import sys
+
+CASES = ["direct", "kroute", "relay"]
+START = "<!-- bench/passthrough.sh results: start (generated, replaced on every run) -->"
+END = "<!-- bench/passthrough.sh results: end -->"
+
+# targets from the issue
+T_THROUGHPUT = 0.95  # kroute >= 0.95x direct throughput at max load
+T_P99 = 1.10  # kroute p99 <= 1.1x direct at fixed load
+T_RELAY = 0.95  # kroute within 5% of the L4 relay (max throughput)
+SUSTAIN = 0.95  # a fixed-load run must achieve >= 95% of the offered rate
+
+
+def load(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    for r in rows:
+        for k, v in r.items():
+            if k not in ("phase", "round", "case"):
+                r[k] = float(v)
+    return rows
+
+
+def fixed_rate(fraction, path):
+    rps = [r["records_per_s"] for r in load(path) if r["phase"] == "max" and r["case"] == "direct"]
+    if not rps:
+        sys.exit("summarize.py: no direct max-throughput runs to derive the fixed load from")
+    rate = int(statistics.median(rps) * float(fraction) / 100) * 100
+    print(max(rate, 100))
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def paired(rows, phase, metric, case, base):
+    """median over rounds of (case / base) in the same round"""
+    by_round = {}
+    for r in rows:
+        if r["phase"] == phase:
+            by_round.setdefault(r["round"], {})[r["case"]] = r[metric]
+    ratios = [v[case] / v[base] for v in by_round.values() if case in v and base in v and v[base] > 0]
+    return med(ratios)
+
+
+def fmt_ratio(x):
+    return "n/a" if x != x else f"{x:.3f}x"
+
+
+def phase_table(rows, phase):
+    rs = [r for r in rows if r["phase"] == phase]
+    if not rs:
+        return None, {}
+    offered = rs[0]["offered_rps"]
+    out = []
+    title = "Max throughput (`--throughput -1`)" if phase == "max" else f"Fixed offered load ({offered:.0f} records/s)"
+    n_rounds = len({r["round"] for r in rs})
+    out.append(f"**{title}**, median of {n_rounds} round(s); ratios are medians of per-round ratios to direct (same round)")
+    out.append("")
+    out.append("| case | records/s | MB/s | avg ms | p99 ms | throughput vs direct | avg vs direct | p99 vs direct |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    ratios = {}
+    for c in CASES:
+        cr = [r for r in rs if r["case"] == c]
+        if not cr:
+            continue
+        t = paired(rows, phase, "records_per_s", c, "direct")
+        a = paired(rows, phase, "avg_ms", c, "direct")
+        p = paired(rows, phase, "p99_ms", c, "direct")
+        ratios[c] = dict(tput=t, avg=a, p99=p)
+        out.append(
+            f"| {c} | {med([r['records_per_s'] for r in cr]):.0f} | {med([r['mb_per_s'] for r in cr]):.2f} | "
+            f"{med([r['avg_ms'] for r in cr]):.2f} | {med([r['p99_ms'] for r in cr]):.0f} | "
+            f"{fmt_ratio(t)} | {fmt_ratio(a)} | {fmt_ratio(p)} |"
+        )
+    ratios["kroute/relay"] = dict(
+        tput=paired(rows, phase, "records_per_s", "kroute", "relay"),
+        avg=paired(rows, phase, "avg_ms", "kroute", "relay"),
+        p99=paired(rows, phase, "p99_ms", "kroute", "relay"),
+    )
+    kr = ratios["kroute/relay"]
+    out.append(
+        f"| kroute vs relay | | | | | {fmt_ratio(kr['tput'])} | {fmt_ratio(kr['avg'])} | {fmt_ratio(kr['p99'])} |"
+    )
+    out.append("")
+    if phase == "fixed":
+        short = [r for r in rs if r["records_per_s"] < SUSTAIN * offered]
+        ratios["unsustained"] = short
+        if short:
+            out.append(
+                "Did NOT sustain the offered load (< 95%): "
+                + ", ".join(f"round {r['round']} {r['case']} {r['records_per_s']:.0f}/s" for r in short)
+                + ". Latency ratios at this load are not comparable; lower BENCH_FIXED_RATE."
+            )
+            out.append("")
+    return "\n".join(out), ratios
+
+
+def cpu_lines(rows):
+    out = ["**Proxy CPU cost** (CPU seconds of the proxy process per GB it received from the producer)", ""]
+    out.append("| phase | kroute CPU s | kroute Produce GB | kroute CPU s/GB | socat CPU s | relay GB | socat CPU s/GB |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for phase in ("max", "fixed"):
+        k = [r for r in rows if r["phase"] == phase and r["case"] == "kroute"]
+        s = [r for r in rows if r["phase"] == phase and r["case"] == "relay"]
+        if not k and not s:
+            continue
+        kc, kb = sum(r["kroute_cpu_s"] for r in k), sum(r["kroute_produce_bytes"] for r in k) / 1e9
+        sc, sb = sum(r["relay_cpu_s"] for r in s), sum(r["relay_bytes"] for r in s) / 1e9
+        out.append(
+            f"| {phase} | {kc:.2f} | {kb:.3f} | {kc / kb if kb else float('nan'):.2f} | "
+            f"{sc:.2f} | {sb:.3f} | {sc / sb if sb else float('nan'):.2f} |"
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def evidence(rows):
+    out = ["**Traffic went where it should** (per-run counter deltas; the bench fails otherwise)", ""]
+    out.append("| phase | round | case | records x size | kroute Produce bytes (requests, connections) | relay veth bytes (connections) |")
+    out.append("|---|---|---|---:|---:|---:|")
+    for r in rows:
+        out.append(
+            f"| {r['phase']} | {r['round']} | {r['case']} | {r['records'] * record_size():.0f} | "
+            f"{r['kroute_produce_bytes']:.0f} ({r['kroute_produce_requests']:.0f}, {r['kroute_connections']:.0f}) | "
+            f"{r['relay_bytes']:.0f} ({r['relay_connections']:.0f}) |"
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def record_size():
+    return float(META.get("record_size", "1024"))
+
+
+def verdict(ok):
+    return "PASS" if ok else "MISS"
+
+
+def report(rows):
+    parts = []
+    m = META
+    parts.append(f"### Run of {m.get('date', '?')}")
+    parts.append("")
+    parts.append("```")
+    parts.append(m.get("command", "bench/passthrough.sh"))
+    parts.append("```")
+    parts.append("")
+    parts.append(
+        f"- machine: {m.get('nproc', '?')} CPUs ({m.get('cpu', '?')}), {m.get('mem', '?')}, Linux {m.get('kernel', '?')}; "
+        f"load average before/after: {m.get('loadavg_before', '?')} / {m.get('loadavg_after', '?')}"
+    )
+    parts.append(
+        f"- kroute {m.get('kroute', '?')} (release build); Apache Kafka {m.get('kafka', '?')} "
+        f"(1 controller + 3 brokers, scripts/cluster.sh); {m.get('java', '?')}; socat {m.get('socat', '?')}"
+    )
+    parts.append(
+        f"- {m.get('rounds', '?')} rounds per phase, cases in rotating order; max: {m.get('records', '?')} records per run; "
+        f"fixed: {m.get('fixed_rate', '?')} records/s (setting: {m.get('fixed_rate_setting', '?')}"
+        + (f", {m.get('fixed_fraction')} x median direct max" if m.get("fixed_rate_setting") == "auto" else "")
+        + f") for {m.get('fixed_seconds', '?')} s per run; {m.get('record_size', '?')} B records, acks=all; "
+        f"warm-up {m.get('warmup_records', '?')} records per case; topic {m.get('topic', '?')}; "
+        f"bench took {m.get('duration_s', '?')} s"
+    )
+    parts.append("")
+    ratios = {}
+    for phase in ("max", "fixed"):
+        t, r = phase_table(rows, phase)
+        if t:
+            parts.append(t)
+            ratios[phase] = r
+    parts.append(cpu_lines(rows))
+
+    v = ["**Targets**", ""]
+    if "max" in ratios and "kroute" in ratios["max"]:
+        t = ratios["max"]["kroute"]["tput"]
+        v.append(f"- throughput >= {T_THROUGHPUT}x direct at max load: {fmt_ratio(t)} - {verdict(t >= T_THROUGHPUT)}")
+        t = ratios["max"]["kroute/relay"]["tput"]
+        v.append(f"- within 5% of the L4 relay (max throughput >= {T_RELAY}x relay): {fmt_ratio(t)} - {verdict(t >= T_RELAY)}")
+    if "fixed" in ratios and "kroute" in ratios["fixed"]:
+        p = ratios["fixed"]["kroute"]["p99"]
+        note = " (offered load not sustained by every run, see above)" if ratios["fixed"].get("unsustained") else ""
+        v.append(f"- p99 <= {T_P99}x direct at fixed load: {fmt_ratio(p)} - {verdict(p <= T_P99)}{note}")
+        kr = ratios["fixed"]["kroute/relay"]
+        v.append(f"- for reference, kroute vs relay at fixed load: avg {fmt_ratio(kr['avg'])}, p99 {fmt_ratio(kr['p99'])}")
+    v.append("")
+    parts.append("\n".join(v))
+    parts.append(evidence(rows))
+    return "\n".join(parts)
+
+
+def write_docs(path, text):
+    section = f"{START}\n{text}\n{END}\n"
+    if os.path.exists(path):
+        doc = open(path).read()
+    else:
+        doc = "# Benchmarks\n\n"
+    if START in doc and END in doc:
+        head, rest = doc.split(START, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        doc = head + section + (("\n" + tail) if tail else "")
+    else:
+        doc = doc.rstrip("\n") + "\n\n## Results\n\n" + section
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        f.write(doc)
+    os.replace(path + ".tmp", path)
+
+
+META = {}
+
+
+def main():
+    global META
+    if len(sys.argv) == 4 and sys.argv[1] == "--fixed-rate":
+        fixed_rate(sys.argv[2], sys.argv[3])
+        return
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    for line in os.environ.get("BENCH_META", "").splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            META[k] = v
+    rows = load(sys.argv[1])
+    text = report(rows)
+    print(text)
+    if sys.argv[2] != "none":
+        write_docs(sys.argv[2], text)
+        print(f"bench: results written to {sys.argv[2]}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,356 @@
+//! Deciding from its bytes whether a record batch may go to another partition.
+//!
+//! A batch may move only if it is a magic v2 batch, not transactional, not a control batch, not
+//! from an idempotent producer (its sequence numbers belong to its partition), and every record
+//! key is null. Keys live inside the (possibly compressed) records region, so compressed batches
+//! are decompressed to look, with a size limit, and the original bytes are what gets forwarded.
+//! The record walk reads only lengths and the key length of each record: no allocation per record.
+
+use std::io::Read;
+
+use bytes::Bytes;
+use kafka_protocol::compression::{Decompressor, Snappy};
+
+/// Decompressed size above which a batch is not inspected (and so stays where it is).
+const MAX_INSPECT_BYTES: u64 = 64 * 1024 * 1024;
+
+// Record batch v2 layout (byte offsets).
+const BATCH_LENGTH: usize = 8;
+const MAGIC: usize = 16;
+const ATTRIBUTES: usize = 21;
+const PRODUCER_ID: usize = 43;
+const RECORD_COUNT: usize = 57;
+const RECORDS: usize = 61;
+
+/// Why a batch stays on the partition the client chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepReason {
+    /// Not a magic v2 batch (or not parsable as one).
+    Malformed,
+    /// At least one record has a key: its partition was computed from the key.
+    Keyed,
+    /// An idempotent producer: sequence numbers are per partition.
+    Idempotent,
+    Transactional,
+    Control,
+    /// The topic is not enabled for routing in proxy.toml.
+    Policy,
+    /// kroute does not know the topic's partition leaders yet.
+    UnknownTopic,
+    /// The chosen broker leads no partition of the topic that is free in this request.
+    NoPartition,
+    /// The strategy chose the broker the client sent it to.
+    Home,
+    /// Compressed data too large to inspect, or that would not decompress.
+    Uninspectable,
+}
+
+impl KeepReason {
+    pub const ALL: [KeepReason; 10] = [
+        KeepReason::Malformed,
+        KeepReason::Keyed,
+        KeepReason::Idempotent,
+        KeepReason::Transactional,
+        KeepReason::Control,
+        KeepReason::Policy,
+        KeepReason::UnknownTopic,
+        KeepReason::NoPartition,
+        KeepReason::Home,
+        KeepReason::Uninspectable,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            KeepReason::Malformed => "malformed",
+            KeepReason::Keyed => "keyed",
+            KeepReason::Idempotent => "idempotent",
+            KeepReason::Transactional => "transactional",
+            KeepReason::Control => "control",
+            KeepReason::Policy => "policy",
+            KeepReason::UnknownTopic => "unknown_topic",
+            KeepReason::NoPartition => "no_partition",
+            KeepReason::Home => "no_better_broker",
+            KeepReason::Uninspectable => "uninspectable",
+        }
+    }
+}
+
+/// What is known about a partition's records after looking at them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Movable {
+    pub records: u32,
+}
+
+/// Inspects the records of one partition entry of a Produce request.
+pub fn inspect(records: &Bytes) -> Result<Movable, KeepReason> {
+    let mut rest = records.clone();
+    let mut total = 0u32;
+    if rest.is_empty() {
+        return Err(KeepReason::Malformed);
+    }
+    while !rest.is_empty() {
+        let batch = split_batch(&mut rest)?;
+        total = total.saturating_add(inspect_batch(&batch)?);
+    }
+    Ok(Movable { records: total })
+}
+
+fn split_batch(rest: &mut Bytes) -> Result<Bytes, KeepReason> {
+    let len = read_i32(rest, BATCH_LENGTH).ok_or(KeepReason::Malformed)?;
+    let total = usize::try_from(len)
+        .ok()
+        .and_then(|l| l.checked_add(12))
+        .filter(|t| *t >= RECORDS && *t <= rest.len())
+        .ok_or(KeepReason::Malformed)?;
+    Ok(rest.split_to(total))
+}
+
+fn read_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn inspect_batch(batch: &Bytes) -> Result<u32, KeepReason> {
+    if batch.get(MAGIC) != Some(&2) {
+        return Err(KeepReason::Malformed);
+    }
+    let attributes = i16::from_be_bytes([batch[ATTRIBUTES], batch[ATTRIBUTES + 1]]);
+    if attributes & 0x20 != 0 {
+        return Err(KeepReason::Control);
+    }
+    if attributes & 0x10 != 0 {
+        return Err(KeepReason::Transactional);
+    }
+    let producer_id = i64::from_be_bytes(
+        batch[PRODUCER_ID..PRODUCER_ID + 8]
+            .try_into()
+            .map_err(|_| KeepReason::Malformed)?,
+    );
+    if producer_id != -1 {
+        return Err(KeepReason::Idempotent);
+    }
+    let count = read_i32(batch, RECORD_COUNT)
+        .and_then(|c| u32::try_from(c).ok())
+        .ok_or(KeepReason::Malformed)?;
+    let region = batch.slice(RECORDS..);
+    let all_null = match attributes & 0x07 {
+        0 => all_keys_null(&region, count),
+        codec => all_keys_null(&decompress(codec, region)?, count),
+    }?;
+    if all_null {
+        Ok(count)
+    } else {
+        Err(KeepReason::Keyed)
+    }
+}
+
+fn decompress(codec: i16, region: Bytes) -> Result<Bytes, KeepReason> {
+    let mut out = Vec::new();
+    let limited = |reader: &mut dyn Read, out: &mut Vec<u8>| -> Result<(), KeepReason> {
+        reader
+            .take(MAX_INSPECT_BYTES + 1)
+            .read_to_end(out)
+            .map_err(|_| KeepReason::Uninspectable)?;
+        if out.len() as u64 > MAX_INSPECT_BYTES {
+            return Err(KeepReason::Uninspectable);
+        }
+        Ok(())
+    };
+    match codec {
+        1 => limited(
+            &mut flate2::read::MultiGzDecoder::new(&region[..]),
+            &mut out,
+        )?,
+        2 => {
+            // Snappy expands at most ~21x, so its output is bounded by the frame size limit;
+            // kafka-protocol knows both raw and xerial-framed snappy.
+            let mut input = region;
+            return Snappy::decompress(&mut input, |b: &mut Bytes| Ok(b.clone()))
+                .map_err(|_| KeepReason::Uninspectable);
+        }
+        3 => {
+            let mut d = lz4::Decoder::new(&region[..]).map_err(|_| KeepReason::Uninspectable)?;
+            limited(&mut d, &mut out)?
+        }
+        4 => {
+            let mut d = zstd::stream::read::Decoder::new(&region[..])
+                .map_err(|_| KeepReason::Uninspectable)?;
+            limited(&mut d, &mut out)?
+        }
+        _ => return Err(KeepReason::Malformed),
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Reads a zigzag varint (as used inside records) as i64.
+fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+/// Walks `count` records; true if every key is null.
+fn all_keys_null(records: &[u8], count: u32) -> Result<bool, KeepReason> {
+    let mut pos = 0usize;
+    for _ in 0..count {
+        let len = varint(records, &mut pos).ok_or(KeepReason::Malformed)?;
+        let start = pos;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| start.checked_add(l))
+            .filter(|e| *e <= records.len())
+            .ok_or(KeepReason::Malformed)?;
+        pos += 1; // attributes
+        varint(records, &mut pos).ok_or(KeepReason::Malformed)?; // timestamp delta
+        varint(records, &mut pos).ok_or(KeepReason::Malformed)?; // offset delta
+        let key_len = varint(records, &mut pos).ok_or(KeepReason::Malformed)?;
+        if pos > end {
+            return Err(KeepReason::Malformed);
+        }
+        if key_len >= 0 {
+            return Ok(false);
+        }
+        pos = end;
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// Encodes one batch with kafka-protocol's encoder (an independent implementation).
+    pub(crate) fn batch(
+        keys: &[Option<&str>],
+        compression: Compression,
+        producer_id: i64,
+        transactional: bool,
+    ) -> Bytes {
+        let records: Vec<Record> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Record {
+                transactional,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id,
+                producer_epoch: if producer_id < 0 { -1 } else { 0 },
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: if producer_id < 0 { -1 } else { i as i32 },
+                timestamp: 1_700_000_000_000,
+                key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+                value: Some(Bytes::from(format!("value-{i}-{}", "x".repeat(50)))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut out = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut out,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        out.freeze()
+    }
+
+    #[test]
+    fn keyless_batches_move_in_every_compression() {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let b = batch(&[None, None, None], c, -1, false);
+            assert_eq!(inspect(&b), Ok(Movable { records: 3 }), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn any_key_keeps_the_batch_in_every_compression() {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            assert_eq!(
+                inspect(&batch(&[None, Some("k"), None], c, -1, false)),
+                Err(KeepReason::Keyed),
+                "{c:?}"
+            );
+            assert_eq!(
+                inspect(&batch(&[Some("")], c, -1, false)),
+                Err(KeepReason::Keyed),
+                "empty key is a key"
+            );
+        }
+    }
+
+    #[test]
+    fn idempotent_and_transactional_batches_stay() {
+        assert_eq!(
+            inspect(&batch(&[None], Compression::None, 7, false)),
+            Err(KeepReason::Idempotent)
+        );
+        assert_eq!(
+            inspect(&batch(&[None], Compression::None, 7, true)),
+            Err(KeepReason::Transactional)
+        );
+    }
+
+    #[test]
+    fn two_batches_in_one_entry_are_both_checked() {
+        let mut both = BytesMut::new();
+        both.extend_from_slice(&batch(&[None], Compression::None, -1, false));
+        both.extend_from_slice(&batch(&[None, None], Compression::Lz4, -1, false));
+        assert_eq!(inspect(&both.clone().freeze()), Ok(Movable { records: 3 }));
+        both.extend_from_slice(&batch(&[Some("k")], Compression::None, -1, false));
+        assert_eq!(inspect(&both.freeze()), Err(KeepReason::Keyed));
+    }
+
+    #[test]
+    fn garbage_and_truncation_never_panic_and_never_move() {
+        let good = batch(&[None], Compression::None, -1, false);
+        for cut in 0..good.len() {
+            assert!(inspect(&good.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        let mut corrupt = good.to_vec();
+        corrupt[61..].fill(0xff);
+        assert!(inspect(&Bytes::from(corrupt)).is_err());
+        let mut compressed = batch(&[None], Compression::Gzip, -1, false).to_vec();
+        let n = compressed.len();
+        compressed[n - 8..].fill(0);
+        compressed[65..70].fill(0x55);
+        assert!(inspect(&Bytes::from(compressed)).is_err());
+    }
+
+    #[test]
+    fn zigzag_varints() {
+        let mut pos = 0;
+        assert_eq!(varint(&[0x01], &mut pos), Some(-1));
+        pos = 0;
+        assert_eq!(varint(&[0x02], &mut pos), Some(1));
+        pos = 0;
+        assert_eq!(varint(&[0xac, 0x02], &mut pos), Some(150));
+        pos = 0;
+        assert_eq!(varint(&[0xff; 12], &mut pos), None);
+    }
+}

@@ -1,0 +1,151 @@
+//! Deciding what happens to one request: where it goes and what answer the client gets.
+//!
+//! Only the fixed header is read for almost every request. Produce is read as far as `acks`
+//! (acks = 0 gets no answer from the broker, so none is waited for) and, for topics enabled for
+//! routing, decoded so that keyless batches can move ([`produce`]). An ApiVersions request in a
+//! version kroute cannot decode is answered by kroute itself, as a broker would.
+//!
+//! A request that must go to several brokers becomes a [`Split`]: parts, each a frame for one
+//! broker, plus a [`Merge`] that turns the parts' answers into the one answer the client
+//! expects. The client session sends parts and merges answers without knowing the API; Produce
+//! is only the first user of this mechanism.
+
+pub mod batch;
+pub mod produce;
+pub mod scores;
+pub mod strategy;
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::protocol::Message;
+
+use crate::config::RoutingConfig;
+use crate::protocol::header::{Malformed, RequestHead, produce_head};
+use crate::protocol::versions::unsupported_api_versions_body;
+use crate::proxy::Proxy;
+use crate::upstream::Reply;
+use scores::{ScoreConfig, Scores};
+use strategy::StrictCost;
+
+/// What to do with one request.
+pub enum Plan {
+    /// Send the frame upstream and relay the answer.
+    Forward,
+    /// Send the frame upstream; the broker will not answer (Produce with acks = 0).
+    ForwardNoReply,
+    /// Do not send anything upstream; answer with this response payload.
+    Answer(Bytes),
+    /// Send parts to several brokers and merge their answers.
+    Split(Split),
+}
+
+/// One request, split across brokers.
+pub struct Split {
+    pub parts: Vec<Part>,
+    /// None when no broker answers (Produce with acks = 0).
+    pub merge: Option<Box<dyn Merge>>,
+}
+
+/// A request frame for one broker.
+pub struct Part {
+    pub node_id: i32,
+    pub frame: Bytes,
+}
+
+/// Turns the answers of a split request's parts (in part order) into the client's answer.
+/// A part whose broker went away arrives as an error; the merge reports that as a retriable
+/// error to the client rather than failing the whole connection.
+pub trait Merge: Send {
+    fn merge(self: Box<Self>, answers: Vec<Reply>) -> Bytes;
+}
+
+/// The routing state shared by all connections: live scores and the strategy.
+pub struct Router {
+    pub scores: Scores,
+    pub strict_cost: StrictCost,
+}
+
+impl Router {
+    pub fn new(config: &RoutingConfig) -> Self {
+        Self {
+            scores: Scores::new(ScoreConfig {
+                decay: Duration::from_millis(config.score_decay_ms),
+                stale_after: Duration::from_millis(config.score_stale_ms),
+            }),
+            strict_cost: StrictCost::new(Duration::from_millis(config.lease_ms)),
+        }
+    }
+}
+
+/// Plans one request that arrived on a connection whose own broker is `home` (-1: bootstrap).
+pub fn plan(
+    proxy: &Proxy,
+    home: i32,
+    head: &RequestHead,
+    frame: &Bytes,
+) -> Result<Plan, Malformed> {
+    match head.api() {
+        Some(ApiKey::Produce) => {
+            let produce = produce_head(frame, head.api_version)?;
+            Ok(produce::plan(proxy, home, head, &produce, frame))
+        }
+        Some(ApiKey::ApiVersions) if head.api_version > ApiVersionsResponse::VERSIONS.max => {
+            // ApiVersions responses always use response header v0: just the correlation id.
+            let body = unsupported_api_versions_body();
+            let mut payload = BytesMut::with_capacity(4 + body.len());
+            payload.put_i32(head.correlation_id);
+            payload.extend_from_slice(&body);
+            Ok(Plan::Answer(payload.freeze()))
+        }
+        _ => Ok(Plan::Forward),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+
+    fn proxy() -> std::sync::Arc<Proxy> {
+        let config =
+            Config::parse("[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n", "t").unwrap();
+        Proxy::new(config, Metrics::new())
+    }
+
+    fn head(api_key: i16, api_version: i16) -> RequestHead {
+        RequestHead {
+            api_key,
+            api_version,
+            correlation_id: 9,
+        }
+    }
+
+    #[test]
+    fn unknown_and_ordinary_apis_are_forwarded() {
+        let p = proxy();
+        for (key, version) in [(3, 12), (9999, 1), (18, 4)] {
+            assert!(matches!(
+                plan(&p, 1, &head(key, version), &Bytes::new()),
+                Ok(Plan::Forward)
+            ));
+        }
+    }
+
+    #[test]
+    fn future_api_versions_request_is_answered_locally() {
+        let Ok(Plan::Answer(payload)) = plan(&proxy(), 1, &head(18, 99), &Bytes::new()) else {
+            panic!("expected a local answer");
+        };
+        assert_eq!(&payload[..4], &9i32.to_be_bytes());
+        assert_eq!(&payload[4..6], &35i16.to_be_bytes());
+    }
+
+    #[test]
+    fn truncated_produce_is_malformed() {
+        let frame = Bytes::from_static(&[0, 0, 0, 9, 0, 0, 0, 9]);
+        assert!(plan(&proxy(), 1, &head(0, 9), &frame).is_err());
+    }
+}

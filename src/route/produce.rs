@@ -1,0 +1,324 @@
+//! Re-partitioning keyless Produce batches toward the brokers that are fastest right now.
+//!
+//! For a topic enabled in `[routing]`, each partition entry of a Produce request is inspected
+//! ([`super::batch`]); the movable ones (keyless, non-idempotent, non-transactional) all go to
+//! the broker the strategy picks for this request, each to a distinct partition that broker
+//! leads and that the request does not already name (a Produce request may name a partition
+//! only once). Everything else stays where the client put it, byte-identical. Picking one broker
+//! per request keeps most requests to one or two parts, so a slow broker holds up few answers.
+//!
+//! The answer the client gets names exactly the partitions it sent, in its order:
+//! - a moved batch's result is reported under the client's partition, with `base_offset` and
+//!   `log_start_offset` -1 (unknown, as with acks=0: the offsets belong to another partition)
+//!   and without `current_leader` (it describes the other partition);
+//! - errors from the target are reported under the client's partition, so the client retries
+//!   and kroute routes the retry afresh; a part whose broker went away is NETWORK_EXCEPTION;
+//! - `throttle_time_ms` is the largest of the parts'.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::batch::{KeepReason, inspect};
+use super::{Merge, Part, Plan, Split};
+use crate::config::Strategy;
+use crate::protocol::header::{ProduceHead, RequestHead, split_response};
+use crate::proxy::Proxy;
+use crate::upstream::Reply;
+
+/// Kafka's NETWORK_EXCEPTION: retriable, and makes the client refresh its metadata.
+const NETWORK_EXCEPTION: i16 = 13;
+
+/// The first Produce version that carries magic v2 batches.
+const MIN_ROUTED_VERSION: i16 = 3;
+
+/// Where one partition entry of the client's request went.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    part: usize,
+    partition: i32,
+    moved: bool,
+}
+
+/// Rotates the partition chosen among a broker's partitions.
+static PARTITION_CURSOR: AtomicUsize = AtomicUsize::new(0);
+
+fn unsplit(acks: i16) -> Plan {
+    if acks == 0 {
+        Plan::ForwardNoReply
+    } else {
+        Plan::Forward
+    }
+}
+
+/// Plans a Produce request that arrived on the connection to broker `home`.
+pub fn plan(
+    proxy: &Proxy,
+    home: i32,
+    head: &RequestHead,
+    produce: &ProduceHead,
+    frame: &Bytes,
+) -> Plan {
+    let routing = &proxy.config.routing;
+    if routing.strategy == Strategy::Off
+        || routing.include.is_empty()
+        || home < 0
+        || head.api_version < MIN_ROUTED_VERSION
+    {
+        return unsplit(produce.acks);
+    }
+    let kept = &proxy.metrics.routing;
+    if produce.transactional {
+        kept.kept(KeepReason::Transactional).increment(1);
+        return unsplit(produce.acks);
+    }
+    // A body kroute cannot decode goes to the broker untouched: the broker has the last word.
+    let Ok(request) =
+        ProduceRequest::decode(&mut frame.slice(produce.body_offset..), head.api_version)
+    else {
+        kept.kept(KeepReason::Malformed).increment(1);
+        return unsplit(produce.acks);
+    };
+
+    let now = Instant::now();
+    // destinations[i] = (node, topics for that node); index 0 is always home.
+    let mut destinations: Vec<(i32, Vec<TopicProduceData>)> = vec![(home, Vec::new())];
+    let mut routes: Vec<Vec<Route>> = Vec::with_capacity(request.topic_data.len());
+    let mut any_moved = false;
+
+    for topic in &request.topic_data {
+        let name = topic.name.as_str();
+        let mut topic_routes = Vec::with_capacity(topic.partition_data.len());
+        let layout = if routing.routes_topic(name) {
+            proxy.cluster.topic(name)
+        } else {
+            None
+        };
+        // Partitions this request already names (original or assigned): never twice.
+        let mut used: HashSet<i32> = topic.partition_data.iter().map(|p| p.index).collect();
+        let mut target: Option<i32> = None;
+        for entry in &topic.partition_data {
+            let verdict = match (&layout, &entry.records) {
+                _ if !routing.routes_topic(name) => Err(KeepReason::Policy),
+                (None, _) => Err(KeepReason::UnknownTopic),
+                (_, None) => Err(KeepReason::Malformed),
+                (Some(layout), Some(records)) => inspect(records).and_then(|movable| {
+                    let broker = *target.get_or_insert_with(|| {
+                        proxy
+                            .router
+                            .strict_cost
+                            .pick(name, layout.leaders(), &proxy.router.scores, now)
+                            .unwrap_or(home)
+                    });
+                    if layout.leader_of(entry.index) == Some(broker) {
+                        return Err(KeepReason::Home);
+                    }
+                    let free: Vec<i32> = layout
+                        .led_by(broker)
+                        .filter(|p| !used.contains(p))
+                        .collect();
+                    if free.is_empty() {
+                        return Err(KeepReason::NoPartition);
+                    }
+                    let partition =
+                        free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
+                    used.insert(partition);
+                    Ok((broker, partition, movable.records))
+                }),
+            };
+            let (node, partition, moved) = match verdict {
+                Ok((broker, partition, records)) => {
+                    let bytes = entry.records.as_ref().map_or(0, |r| r.len());
+                    proxy
+                        .metrics
+                        .routing
+                        .moved(name, home, broker, records, bytes);
+                    (broker, partition, true)
+                }
+                Err(reason) => {
+                    kept.kept(reason).increment(1);
+                    (home, entry.index, false)
+                }
+            };
+            any_moved |= moved;
+            let part = destination(&mut destinations, node);
+            let topics = &mut destinations[part].1;
+            if topics.last().is_none_or(|t| t.name != topic.name) {
+                topics.push(TopicProduceData::default().with_name(topic.name.clone()));
+            }
+            if let Some(t) = topics.last_mut() {
+                t.partition_data.push(
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(entry.records.clone()),
+                );
+            }
+            topic_routes.push(Route {
+                part,
+                partition,
+                moved,
+            });
+        }
+        routes.push(topic_routes);
+    }
+    if !any_moved {
+        // Nothing moves: the original bytes go where the client sent them.
+        return unsplit(produce.acks);
+    }
+
+    let header = frame.slice(..produce.body_offset);
+    let mut parts = Vec::with_capacity(destinations.len());
+    for (node_id, topic_data) in destinations {
+        if topic_data.is_empty() {
+            // Everything for home moved away; send home nothing, and shift part indexes.
+            for r in routes.iter_mut().flatten() {
+                r.part -= 1;
+            }
+            continue;
+        }
+        let body = ProduceRequest::default()
+            .with_transactional_id(request.transactional_id.clone())
+            .with_acks(request.acks)
+            .with_timeout_ms(request.timeout_ms)
+            .with_topic_data(topic_data);
+        match encode_part(&header, &body, head.api_version) {
+            Some(frame) => parts.push(Part { node_id, frame }),
+            None => {
+                kept.kept(KeepReason::Malformed).increment(1);
+                return unsplit(produce.acks);
+            }
+        }
+    }
+    let merge = (produce.acks != 0).then(|| {
+        Box::new(ProduceMerge {
+            version: head.api_version,
+            correlation_id: head.correlation_id,
+            topics: request.topic_data.iter().map(|t| t.name.clone()).collect(),
+            original: request
+                .topic_data
+                .iter()
+                .map(|t| t.partition_data.iter().map(|p| p.index).collect())
+                .collect(),
+            routes,
+        }) as Box<dyn Merge>
+    });
+    Plan::Split(Split { parts, merge })
+}
+
+fn destination(destinations: &mut Vec<(i32, Vec<TopicProduceData>)>, node: i32) -> usize {
+    if let Some(i) = destinations.iter().position(|d| d.0 == node) {
+        return i;
+    }
+    destinations.push((node, Vec::new()));
+    destinations.len() - 1
+}
+
+fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -> Option<Bytes> {
+    let size = body.compute_size(version).ok()?;
+    let mut frame = BytesMut::with_capacity(header.len() + size);
+    frame.extend_from_slice(header);
+    body.encode(&mut frame, version).ok()?;
+    Some(frame.freeze())
+}
+
+/// Merges the answers of a split Produce request back into the client's partitions.
+struct ProduceMerge {
+    version: i16,
+    correlation_id: i32,
+    topics: Vec<kafka_protocol::messages::TopicName>,
+    original: Vec<Vec<i32>>,
+    routes: Vec<Vec<Route>>,
+}
+
+impl Merge for ProduceMerge {
+    fn merge(self: Box<Self>, answers: Vec<Reply>) -> Bytes {
+        let header_version = ApiKey::Produce.response_header_version(self.version);
+        let mut throttle = 0;
+        let mut endpoints = Vec::new();
+        // (part, topic, partition) -> that part's answer.
+        let mut found: BTreeMap<(usize, &str, i32), PartitionProduceResponse> = BTreeMap::new();
+        let decoded: Vec<Option<ProduceResponse>> = answers
+            .into_iter()
+            .map(|answer| {
+                let payload = answer.ok()?;
+                let (_, mut body) = split_response(&payload, header_version).ok()?;
+                ProduceResponse::decode(&mut body, self.version).ok()
+            })
+            .collect();
+        for (part, response) in decoded.iter().enumerate() {
+            let Some(response) = response else { continue };
+            throttle = throttle.max(response.throttle_time_ms);
+            for e in &response.node_endpoints {
+                if !endpoints.iter().any(
+                    |x: &kafka_protocol::messages::produce_response::NodeEndpoint| {
+                        x.node_id == e.node_id
+                    },
+                ) {
+                    endpoints.push(e.clone());
+                }
+            }
+            for t in &response.responses {
+                for p in &t.partition_responses {
+                    found.insert((part, t.name.as_str(), p.index), p.clone());
+                }
+            }
+        }
+        let responses = self
+            .topics
+            .iter()
+            .zip(&self.original)
+            .zip(&self.routes)
+            .map(|((name, original), routes)| {
+                let partition_responses = original
+                    .iter()
+                    .zip(routes)
+                    .map(|(index, route)| {
+                        let answer = found.remove(&(route.part, name.as_str(), route.partition));
+                        let mut p = answer.unwrap_or_else(|| {
+                            PartitionProduceResponse::default()
+                                .with_error_code(NETWORK_EXCEPTION)
+                                .with_base_offset(-1)
+                                .with_log_append_time_ms(-1)
+                                .with_log_start_offset(-1)
+                        });
+                        p.index = *index;
+                        if route.moved {
+                            p.base_offset = -1;
+                            p.log_start_offset = -1;
+                            p.current_leader = LeaderIdAndEpoch::default();
+                        }
+                        p
+                    })
+                    .collect();
+                TopicProduceResponse::default()
+                    .with_name(name.clone())
+                    .with_partition_responses(partition_responses)
+            })
+            .collect();
+        let merged = ProduceResponse::default()
+            .with_responses(responses)
+            .with_throttle_time_ms(throttle)
+            .with_node_endpoints(endpoints);
+        let mut out = BytesMut::new();
+        out.put_i32(self.correlation_id);
+        if header_version >= 1 {
+            out.put_u8(0); // no tagged fields in the response header
+        }
+        // Encoding a response built from decoded parts cannot fail for a version they decoded in.
+        if merged.encode(&mut out, self.version).is_err() {
+            out.truncate(if header_version >= 1 { 5 } else { 4 });
+        }
+        out.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ProduceRequest, ProduceResponse, RequestHeader, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::Compression;
+
+use super::*;
+use crate::cluster::TopicLayout;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::protocol::header::produce_head;
+use crate::route::batch::tests::batch;
+use crate::upstream::UpstreamGone;
+
+const VERSION: i16 = 11;
+
+fn topic(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// A proxy routing topics "t*", where topic "t" has partitions 0-5 led by 1,1,2,2,3,3.
+fn proxy(strategy: &str) -> Arc<Proxy> {
+    let text = format!(
+        "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n[routing]\nstrategy = \"{strategy}\"\ninclude = [\"t*\"]\n"
+    );
+    let p = Proxy::new(Config::parse(&text, "t").unwrap(), Metrics::new());
+    p.cluster.observe_topics(vec![(
+        "t".into(),
+        Some(TopicLayout::new([
+            (0, 1),
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (4, 3),
+            (5, 3),
+        ])),
+    )]);
+    p
+}
+
+/// Makes broker `slow` answer in 40 ms and the others in 2 ms, as seen by the scores.
+fn slow_broker(p: &Proxy, slow: i32) {
+    let now = Instant::now();
+    for node in 1..=3 {
+        let rtt = Duration::from_millis(if node == slow { 40 } else { 2 });
+        let score = p.router.scores.broker(node);
+        score.sent(now);
+        score.answered(now, now + rtt, &p.router.scores.config);
+    }
+}
+
+fn request(
+    entries: &[(&str, i32, Bytes)],
+    acks: i16,
+    txn: Option<&str>,
+) -> (RequestHead, ProduceHead, Bytes) {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    for (name, partition, records) in entries {
+        if topics.last().is_none_or(|t| t.name.as_str() != *name) {
+            topics.push(TopicProduceData::default().with_name(topic(name)));
+        }
+        topics.last_mut().unwrap().partition_data.push(
+            PartitionProduceData::default()
+                .with_index(*partition)
+                .with_records(Some(records.clone())),
+        );
+    }
+    let body = ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(5000)
+        .with_transactional_id(txn.map(|t| TransactionalId(StrBytes::from_string(t.into()))))
+        .with_topic_data(topics);
+    let header = RequestHeader::default()
+        .with_request_api_key(0)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(42)
+        .with_client_id(Some(StrBytes::from_static_str("c")));
+    let mut frame = BytesMut::new();
+    header
+        .encode(&mut frame, ApiKey::Produce.request_header_version(VERSION))
+        .unwrap();
+    body.encode(&mut frame, VERSION).unwrap();
+    let frame = frame.freeze();
+    let head = RequestHead::parse(&frame).unwrap();
+    let produce = produce_head(&frame, VERSION).unwrap();
+    (head, produce, frame)
+}
+
+fn keyless() -> Bytes {
+    batch(&[None, None], Compression::None, -1, false)
+}
+
+fn keyed() -> Bytes {
+    batch(&[None, Some("k")], Compression::Lz4, -1, false)
+}
+
+/// Decodes a part's frame back into (topic, partition, records) entries.
+fn entries(frame: &Bytes) -> Vec<(String, i32, Bytes)> {
+    let head = produce_head(frame, VERSION).unwrap();
+    let req = ProduceRequest::decode(&mut frame.slice(head.body_offset..), VERSION).unwrap();
+    req.topic_data
+        .iter()
+        .flat_map(|t| {
+            t.partition_data
+                .iter()
+                .map(|p| (t.name.to_string(), p.index, p.records.clone().unwrap()))
+        })
+        .collect()
+}
+
+fn split(plan: Plan) -> Split {
+    match plan {
+        Plan::Split(s) => s,
+        Plan::Forward => panic!("expected a split, got Forward"),
+        Plan::ForwardNoReply => panic!("expected a split, got ForwardNoReply"),
+        Plan::Answer(_) => panic!("expected a split, got Answer"),
+    }
+}
+
+#[test]
+fn keyless_batches_leave_a_slow_broker() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(&[("t", 0, keyless()), ("t", 1, keyless())], -1, None);
+    let s = split(plan(&p, 1, &head, &produce, &frame));
+    assert_eq!(s.parts.len(), 1, "everything moved to one fast broker");
+    let part = &s.parts[0];
+    assert!(part.node_id == 2 || part.node_id == 3);
+    let moved = entries(&part.frame);
+    assert_eq!(moved.len(), 2);
+    for (name, partition, records) in &moved {
+        assert_eq!(name, "t");
+        let leader = p.cluster.topic("t").unwrap().leader_of(*partition);
+        assert_eq!(
+            leader,
+            Some(part.node_id),
+            "target partition is led by the target broker"
+        );
+        assert_eq!(records, &keyless(), "record bytes unchanged");
+    }
+    assert_ne!(
+        moved[0].1, moved[1].1,
+        "one partition at most once per request"
+    );
+    // The request header (client id, correlation id) is the client's own.
+    assert_eq!(
+        &part.frame[..produce.body_offset],
+        &frame[..produce.body_offset]
+    );
+}
+
+#[test]
+fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let idempotent = batch(&[None], Compression::None, 5, false);
+    for entries in [
+        vec![("t", 0, keyed())],
+        vec![("t", 0, idempotent.clone())],
+        vec![("other", 0, keyless())],
+        vec![("tunknown", 0, keyless())],
+    ] {
+        let (head, produce, frame) = request(&entries, -1, None);
+        assert!(matches!(
+            plan(&p, 1, &head, &produce, &frame),
+            Plan::Forward
+        ));
+    }
+    let txn = batch(&[None], Compression::None, 5, true);
+    let (head, produce, frame) = request(&[("t", 0, txn)], -1, Some("tx"));
+    assert!(matches!(
+        plan(&p, 1, &head, &produce, &frame),
+        Plan::Forward
+    ));
+    // Strategy off: nothing moves.
+    let off = proxy("off");
+    slow_broker(&off, 1);
+    let (head, produce, frame) = request(&[("t", 0, keyless())], -1, None);
+    assert!(matches!(
+        plan(&off, 1, &head, &produce, &frame),
+        Plan::Forward
+    ));
+}
+
+#[test]
+fn mixed_request_splits_and_merges_back_into_client_partitions() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
+    let s = split(plan(&p, 1, &head, &produce, &frame));
+    assert_eq!(s.parts.len(), 2);
+    assert_eq!(s.parts[0].node_id, 1, "home part first");
+    assert_eq!(
+        entries(&s.parts[0].frame),
+        vec![("t".into(), 0, keyed())],
+        "keyed batch stays, byte-identical"
+    );
+    let (_, target, _) = entries(&s.parts[1].frame)[0].clone();
+
+    // Answers: home succeeds at offset 100 with throttle 5; the moved part fails with
+    // NOT_LEADER_OR_FOLLOWER and throttle 9.
+    let answer = |partition: i32, error: i16, offset: i64, throttle: i32| -> Reply {
+        let resp = ProduceResponse::default()
+            .with_throttle_time_ms(throttle)
+            .with_responses(vec![
+                TopicProduceResponse::default()
+                    .with_name(topic("t"))
+                    .with_partition_responses(vec![
+                        PartitionProduceResponse::default()
+                            .with_index(partition)
+                            .with_error_code(error)
+                            .with_base_offset(offset),
+                    ]),
+            ]);
+        let mut out = BytesMut::new();
+        out.put_i32(42);
+        out.put_u8(0);
+        resp.encode(&mut out, VERSION).unwrap();
+        Ok(out.freeze())
+    };
+    let merged = s
+        .merge
+        .unwrap()
+        .merge(vec![answer(0, 0, 100, 5), answer(target, 6, 7, 9)]);
+    assert_eq!(&merged[..4], &42i32.to_be_bytes());
+    let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
+    assert_eq!(resp.throttle_time_ms, 9);
+    let parts: Vec<(i32, i16, i64)> = resp.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect();
+    assert_eq!(
+        parts,
+        vec![(0, 0, 100), (1, 6, -1)],
+        "client's partitions, target's errors, moved offset unknown"
+    );
+}
+
+#[test]
+fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
+    let s = split(plan(&p, 1, &head, &produce, &frame));
+    let ok = {
+        let resp = ProduceResponse::default().with_responses(vec![
+            TopicProduceResponse::default()
+                .with_name(topic("t"))
+                .with_partition_responses(vec![
+                    PartitionProduceResponse::default()
+                        .with_index(0)
+                        .with_base_offset(3),
+                ]),
+        ]);
+        let mut out = BytesMut::new();
+        out.put_i32(42);
+        out.put_u8(0);
+        resp.encode(&mut out, VERSION).unwrap();
+        out.freeze()
+    };
+    let merged = s.merge.unwrap().merge(vec![Ok(ok), Err(UpstreamGone)]);
+    let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
+    let errors: Vec<(i32, i16)> = resp.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code))
+        .collect();
+    assert_eq!(errors, vec![(0, 0), (1, NETWORK_EXCEPTION)]);
+}
+
+#[test]
+fn acks_zero_splits_without_a_merge() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(&[("t", 0, keyless())], 0, None);
+    let s = split(plan(&p, 1, &head, &produce, &frame));
+    assert!(s.merge.is_none());
+    assert_eq!(s.parts.len(), 1);
+    assert_ne!(s.parts[0].node_id, 1);
+}
+
+#[test]
+fn a_batch_already_on_the_chosen_broker_stays() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 2);
+    // Equal-ish 1 and 3: over several requests from home 1, some stay (chosen home), some move
+    // to 3, none to the slow broker 2 within a short run.
+    let mut stayed = 0;
+    for _ in 0..10 {
+        let (head, produce, frame) = request(&[("t", 0, keyless())], -1, None);
+        match plan(&p, 1, &head, &produce, &frame) {
+            Plan::Forward => stayed += 1,
+            Plan::Split(s) => assert!(s.parts.iter().all(|part| part.node_id != 2 || stayed > 100)),
+            _ => panic!("unexpected plan"),
+        }
+    }
+    assert!(stayed > 0 && stayed < 10, "stayed {stayed} of 10");
+}
