@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Runs every kroute test: unit tests, then integration tests that run kroute as a process in
 # front of a real 3-broker Apache Kafka cluster with real clients (Java, librdkafka).
-# Starts the local cluster if it is not running, and stops it again afterwards if it started it.
-# Extra arguments go to `cargo test` (e.g. scripts/test.sh --test wire).
+#
+# The cluster runs in "relayed" mode (see scripts/cluster.sh): each broker advertises a delaying
+# relay in front of it, so the routing tests can make one broker slow for every client. It is
+# started here if it is not running (and stopped again afterwards); a cluster running in another
+# mode is restarted in relayed mode. Extra arguments go to `cargo test` (e.g. --test wire).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 started_here=0
-if ! scripts/cluster.sh status >/dev/null 2>&1; then
-  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running cluster
-  scripts/cluster.sh start
+if ! scripts/cluster.sh status 2>/dev/null | grep -qx 'mode relayed' || ! scripts/cluster.sh status >/dev/null 2>&1; then
+  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running or direct-mode cluster
+  scripts/cluster.sh start --relayed
   started_here=1
 fi
 cleanup() { if [ "$started_here" = 1 ]; then scripts/cluster.sh stop >/dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
 
+KROUTE_TEST_CLUSTER=$(scripts/cluster.sh bootstrap)
+export KROUTE_TEST_CLUSTER
 tests/java/build.sh >/dev/null
 cargo test --all-targets "$@"

@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -96,6 +97,7 @@ impl Upstream {
             node_id,
             metrics,
             score,
+            client_left: AtomicBool::new(false),
         });
         tokio::spawn(write_requests(wr, rx, pending_tx, link.clone()));
         tokio::spawn(read_responses(rd, pending_rx, proxy.clone(), link));
@@ -120,6 +122,9 @@ struct Link {
     metrics: Arc<BrokerMetrics>,
     /// The broker's live score; Produce round trips feed it. None for unknown bootstrap nodes.
     score: Option<Arc<BrokerScore>>,
+    /// Set when the client side closed this connection (so requests still in flight, such as
+    /// a long-poll fetch, are not the broker's fault).
+    client_left: AtomicBool,
 }
 
 impl Link {
@@ -148,8 +153,12 @@ async fn write_requests(
                 score.sent(sent);
             }
             let in_flight = InFlight { pending, sent };
-            if pending_tx.send(in_flight).is_err() {
-                return; // reader gone: the broker closed the connection
+            if let Err(unsent) = pending_tx.send(in_flight) {
+                // Reader gone: the broker closed the connection. This request never left.
+                if let Some(score) = link.is_scored(unsent.0.pending.api_key) {
+                    score.abandoned(unsent.0.sent);
+                }
+                return;
             }
         }
         let written = async {
@@ -164,6 +173,8 @@ async fn write_requests(
             return;
         }
     }
+    // The client connection is done with this broker: its end is no surprise to the reader.
+    link.client_left.store(true, Ordering::Relaxed);
     let _ = out.shutdown().await;
 }
 
@@ -232,8 +243,12 @@ async fn read_responses(
             score.abandoned(w.sent);
         }
     }
-    if waiting.is_empty() {
-        debug!(broker = node_id, "upstream connection ended: {ended}");
+    if waiting.is_empty() || link.client_left.load(Ordering::Relaxed) {
+        debug!(
+            broker = node_id,
+            in_flight = waiting.len(),
+            "upstream connection ended: {ended}"
+        );
     } else {
         metrics.disconnects.increment(1);
         warn!(

@@ -13,19 +13,6 @@ use std::time::Duration;
 use common::*;
 use kafka_protocol::messages::{ApiKey, MetadataRequest};
 
-fn cluster(args: &[&str]) {
-    let out = Command::new(repo_root().join("scripts/cluster.sh"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cluster.sh {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Restarts the killed broker when the test fails half-way, so the cluster is left as found.
 struct RestartOnDrop(&'static str);
 

@@ -362,6 +362,33 @@ pub fn java_ok(args: &[&str]) -> JavaRun {
 // ---------------------------------------------------------------------------------------------
 // Topics, created on the real cluster directly.
 
+/// Runs `scripts/cluster.sh` with `args` and fails the test if it fails.
+pub fn cluster(args: &[&str]) -> String {
+    let out = Command::new(repo_root().join("scripts/cluster.sh"))
+        .args(args)
+        .output()
+        .expect("run scripts/cluster.sh");
+    assert!(
+        out.status.success(),
+        "cluster.sh {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Creates a topic with RF 3 and six partitions led by brokers 1, 1, 2, 2, 3, 3.
+pub fn create_topic_two_per_broker(name: &str) {
+    cluster(&[
+        "create-topic",
+        name,
+        "--replica-assignment",
+        "1:2:3,1:3:2,2:3:1,2:1:3,3:1:2,3:2:1",
+        "--config",
+        "min.insync.replicas=2",
+    ]);
+}
+
 /// Creates a topic with `partitions` partitions and replication factor 3.
 pub fn create_topic(name: &str, partitions: u32, configs: &[&str]) {
     let mut cmd = Command::new(repo_root().join("scripts/cluster.sh"));
