@@ -121,17 +121,17 @@ fn broker_killed_while_producing_loses_nothing_acknowledged() {
         Duration::from_secs(60),
         || TcpStream::connect(&broker2).ok().map(|_| ()),
     );
-    let consumed = java_ok(&[
+    let consumed = java_on(
         "consume",
-        "--bootstrap",
         &kroute.bootstrap,
-        "--topic",
         &topic,
-        "--expect",
-        &acked.len().to_string(),
-        "--timeout-ms",
-        "120000",
-    ]);
+        &[
+            "--expect",
+            &acked.len().to_string(),
+            "--timeout-ms",
+            "120000",
+        ],
+    );
     let got: BTreeSet<String> = consumed
         .records("rec")
         .into_iter()

@@ -267,57 +267,33 @@ fn no_real_broker_address_reaches_a_client() {
     }
     let topic = unique("capture");
     let bootstrap = format!("127.0.0.1:{}", kroute.bootstrap_port);
-    java_ok(&[
+    java_on(
         "admin-create",
-        "--bootstrap",
         &bootstrap,
-        "--topic",
         &topic,
-        "--partitions",
-        "3",
-        "--replication-factor",
-        "3",
-    ]);
-    java_ok(&[
+        &["--partitions", "3", "--replication-factor", "3"],
+    );
+    java_on("produce", &bootstrap, &topic, &["--count", "200"]);
+    java_on(
         "produce",
-        "--bootstrap",
         &bootstrap,
-        "--topic",
         &topic,
-        "--count",
-        "200",
-    ]);
-    java_ok(&[
-        "produce",
-        "--bootstrap",
-        &bootstrap,
-        "--topic",
-        &topic,
-        "--count",
-        "50",
-        "--transactional-id",
-        &unique("cap-txn"),
-    ]);
-    java_ok(&[
+        &["--count", "50", "--transactional-id", &unique("cap-txn")],
+    );
+    java_on(
         "group-consume",
-        "--bootstrap",
         &bootstrap,
-        "--topic",
         &topic,
-        "--group",
-        &unique("cap"),
-        "--members",
-        "2",
-        "--expect",
-        "250",
-    ]);
-    let describe = java_ok(&[
-        "admin-describe",
-        "--bootstrap",
-        &bootstrap,
-        "--topic",
-        &topic,
-    ]);
+        &[
+            "--group",
+            &unique("cap"),
+            "--members",
+            "2",
+            "--expect",
+            "250",
+        ],
+    );
+    let describe = java_on("admin-describe", &bootstrap, &topic, &[]);
     assert_eq!(describe.records("node").len(), 3);
 
     assert!(relays[0].len() > 10_000, "capture saw too little traffic");

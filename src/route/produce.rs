@@ -97,7 +97,8 @@ pub fn plan(
     for topic in &request.topic_data {
         let name = topic.name.as_str();
         let mut topic_routes = Vec::with_capacity(topic.partition_data.len());
-        let layout = if routing.routes_topic(name) {
+        let routed = routing.routes_topic(name);
+        let layout = if routed {
             proxy.cluster.topic(name)
         } else {
             None
@@ -107,7 +108,7 @@ pub fn plan(
         let mut target: Option<i32> = None;
         for entry in &topic.partition_data {
             let verdict = match (&layout, &entry.records) {
-                _ if !routing.routes_topic(name) => Err(KeepReason::Policy),
+                _ if !routed => Err(KeepReason::Policy),
                 (None, _) => Err(KeepReason::UnknownTopic),
                 (_, None) => Err(KeepReason::Malformed),
                 (Some(layout), Some(records)) => inspect(records).and_then(|movable| {

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod librdkafka;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -292,6 +294,14 @@ impl JavaRun {
             .find_map(|l| parse_kv(l).remove(key))
     }
 
+    /// (id, partition) of every acknowledged record of a `produce` run.
+    pub fn acks(&self) -> Vec<(String, i32)> {
+        self.records("ack")
+            .into_iter()
+            .filter_map(|r| Some((r.get("id")?.clone(), r.get("partition")?.parse().ok()?)))
+            .collect()
+    }
+
     pub fn count(&self, key: &str) -> usize {
         self.value(key)
             .and_then(|v| v.parse().ok())
@@ -345,6 +355,14 @@ pub fn java(args: &[&str]) -> JavaRun {
         lines: stdout.lines().map(str::to_string).collect(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Runs a Java client subcommand against `bootstrap` and `topic`, with more `flags`, and fails
+/// the test with its output if it failed.
+pub fn java_on(command: &str, bootstrap: &str, topic: &str, flags: &[&str]) -> JavaRun {
+    let mut args = vec![command, "--bootstrap", bootstrap, "--topic", topic];
+    args.extend_from_slice(flags);
+    java_ok(&args)
 }
 
 /// Runs the Java client and fails the test with its output if it failed.

@@ -1,0 +1,418 @@
+#!/usr/bin/env bash
+# Routing of keyless produce batches: the Java client's partitioner vs kroute strict-cost, side by
+# side in one run on the local cluster (scripts/cluster.sh, relayed mode).
+#
+#   bench/routing.sh                full run (defaults below, ~20 minutes on 2 cores)
+#   BENCH_ROUNDS=1 BENCH_SCENARIOS="skew-22-10-4 slow-broker" BENCH_RECORDS=3000 \
+#   BENCH_FIXED_SECONDS=5 BENCH_FIXED_RATE=150 BENCH_WARMUP_RECORDS=500 BENCH_DOCS=none bench/routing.sh
+#                                   smoke run (~3 minutes)
+#
+# Scenarios (one fresh topic per scenario x case, RF 3, min.insync.replicas=2, exact leaders via
+# --replica-assignment, followers rotated so they are spread):
+#   skew-22-10-4   36 partitions, leaders 22 on broker 1, 10 on broker 2, 4 on broker 3   (seed 000)
+#   skew-16-16-4   36 partitions, leaders 16 / 16 / 4                                      (seed 000)
+#   skew-12-12-12  36 partitions, leaders 12 / 12 / 12                                     (seed 000)
+#   slow-broker    3 partitions, one led by each broker, broker BENCH_SLOW_BROKER answering
+#                  BENCH_SLOW_MS late (scripts/cluster.sh delay; KIP-794's test layout)
+# Cases (every producer: enable.idempotence=false acks=all, keyless 10 KiB records, linger.ms 5):
+#   direct-default     producers -> brokers, Java default (adaptive) partitioner
+#   direct-noadaptive  producers -> brokers, partitioner.adaptive.partitioning.enable=false
+#   kroute-strict      producers -> kroute ([routing] strategy strict-cost, include bench-rt-*) -> brokers
+#   kroute-off         producers -> kroute ([routing] strategy off) -> brokers: the hop without routing
+# Phases: max throughput (--throughput -1, BENCH_RECORDS records per producer) and a fixed
+# offered load (--throughput BENCH_FIXED_RATE per producer for BENCH_FIXED_SECONDS).
+# Each run: BENCH_PRODUCERS ProducerPerformance JVMs in parallel on the run's topic.
+# Each round runs every scenario x case once, cases in an order rotated per round.
+#
+# Each broker's share is measured on the brokers: the end offsets of every partition of the run's
+# topic (GetOffsetShell) before/after the run, summed per leader (known layout). For kroute cases
+# it is cross-checked with kroute_upstream_produce_bytes_total{broker}.
+#
+# Validity checks (the run fails if one does not hold):
+#   - every producer reported all its records sent and no error
+#   - the brokers' offsets grew by exactly the records sent (more: duplicates, flagged)
+#   - kroute cases: kroute_request_bytes_total{api="Produce"} of that case's kroute grew by
+#     >= records x size, and the other kroute's did not move; direct cases: neither moved
+#   - the topics' leaders are the planned ones (checked after creation and at the end)
+#
+# Environment (defaults in brackets):
+#   BENCH_ROUNDS          rounds [2]
+#   BENCH_SCENARIOS       [skew-22-10-4 skew-16-16-4 skew-12-12-12 slow-broker]
+#   BENCH_CASES           [direct-default direct-noadaptive kroute-strict kroute-off]
+#   BENCH_PRODUCERS       producer processes per run [2]
+#   BENCH_RECORDS         records per producer per max-throughput run [12000]
+#   BENCH_RECORD_SIZE     bytes per record [10240]
+#   BENCH_FIXED_RATE      records/s PER PRODUCER in the fixed-load phase, or "auto" =
+#                         BENCH_FIXED_FRACTION x the median direct-default max of skew-12-12-12
+#                         (equal brokers) of this run, split over the producers [auto]
+#   BENCH_FIXED_FRACTION  [0.5]
+#   BENCH_FIXED_SECONDS   duration of each fixed-load run [15]
+#   BENCH_WARMUP_RECORDS  records per producer of one uncounted run per case first (0 = none) [3000]
+#   BENCH_PHASES          "max fixed" (or one of them) [max fixed]
+#   BENCH_SLOW_BROKER     [2]     BENCH_SLOW_MS [20]
+#   BENCH_SLOW_LAYOUT     leaders per broker in slow-broker, "a/b/c" [1/1/1]
+#   BENCH_DOCS            file whose routing results section is replaced, "none" to skip
+#                         [docs/benchmarks.md]
+#   BENCH_CHART           PNG chart path, "none" to skip [docs/routing-benchmark.png, or
+#                         target/bench-routing/routing-benchmark.png when BENCH_DOCS=none]
+#   BENCH_BUILD           1 = cargo build --release first [1]
+#   KROUTE_BIN            kroute binary [target/release/kroute]
+# Raw per-run lines and all logs: target/bench-routing/ (results.tsv, raw/, kroute-*.log).
+# Starts the cluster in relayed mode if nothing runs (and stops it at the end only then); refuses
+# to use a cluster running in direct mode. On exit: stops its kroutes, resets the delay of the
+# slow broker to 0, deletes the topics it created.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+ROUNDS=${BENCH_ROUNDS:-2}
+SCENARIOS=(${BENCH_SCENARIOS:-skew-22-10-4 skew-16-16-4 skew-12-12-12 slow-broker})
+CASES=(${BENCH_CASES:-direct-default direct-noadaptive kroute-strict kroute-off})
+PRODUCERS=${BENCH_PRODUCERS:-2}
+RECORDS=${BENCH_RECORDS:-12000}
+RECORD_SIZE=${BENCH_RECORD_SIZE:-10240}
+FIXED_RATE=${BENCH_FIXED_RATE:-auto}
+FIXED_FRACTION=${BENCH_FIXED_FRACTION:-0.5}
+FIXED_SECONDS=${BENCH_FIXED_SECONDS:-15}
+WARMUP_RECORDS=${BENCH_WARMUP_RECORDS:-3000}
+PHASES=${BENCH_PHASES:-max fixed}
+SLOW_BROKER=${BENCH_SLOW_BROKER:-2}
+SLOW_MS=${BENCH_SLOW_MS:-20}
+SLOW_LAYOUT=${BENCH_SLOW_LAYOUT:-1/1/1}
+DOCS=${BENCH_DOCS:-docs/benchmarks.md}
+if [ "$DOCS" = none ]; then CHART=${BENCH_CHART:-target/bench-routing/routing-benchmark.png}
+else CHART=${BENCH_CHART:-docs/routing-benchmark.png}; fi
+BUILD=${BENCH_BUILD:-1}
+KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
+
+RELAYED_BOOTSTRAP=127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
+# two kroutes, started once for the whole bench (ports distinct from bench/passthrough.sh's)
+declare -A KR_BOOT=([strict]=9392 [off]=9492) KR_BASE=([strict]=9400 [off]=9500)
+declare -A KR_ADMIN=([strict]=127.0.0.1:9746 [off]=127.0.0.1:9747) KR_PID=()
+OUT=$REPO/target/bench-routing
+RAW=$OUT/raw
+OFFS=$OUT/offsets
+RESULTS=$OUT/results.tsv
+RUN_ID=$(date +%s)
+TOPIC_PREFIX=bench-rt-$RUN_ID
+
+say() { echo "bench: $*" >&2; }
+die() { echo "bench: FAILED: $*" >&2; exit 1; }
+
+for v in ROUNDS PRODUCERS RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS SLOW_BROKER SLOW_MS; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "BENCH_$v must be a non-negative integer (got '${!v}')"
+done
+[ "$ROUNDS" -ge 1 ] && [ "$RECORDS" -ge 1 ] && [ "$FIXED_SECONDS" -ge 1 ] && [ "$PRODUCERS" -ge 1 ] ||
+  die "rounds, records, seconds, producers must be >= 1"
+[[ $SLOW_BROKER =~ ^[123]$ ]] || die "BENCH_SLOW_BROKER must be 1, 2 or 3"
+[[ $SLOW_LAYOUT =~ ^[0-9]+/[0-9]+/[0-9]+$ ]] || die "BENCH_SLOW_LAYOUT must be a/b/c"
+[[ $FIXED_RATE == auto || $FIXED_RATE =~ ^[0-9]+$ ]] || die "BENCH_FIXED_RATE must be auto or records/s per producer"
+for p in $PHASES; do [[ $p == max || $p == fixed ]] || die "BENCH_PHASES: unknown phase '$p'"; done
+for s in "${SCENARIOS[@]}"; do
+  [[ $s =~ ^skew-[0-9]+-[0-9]+-[0-9]+$ || $s == slow-broker ]] || die "unknown scenario '$s' (skew-A-B-C or slow-broker)"
+done
+for c in "${CASES[@]}"; do
+  case $c in direct-default|direct-noadaptive|kroute-strict|kroute-off) ;; *) die "unknown case '$c'" ;; esac
+done
+if [[ $FIXED_RATE == auto && " $PHASES " == *" fixed "* ]]; then
+  [[ " $PHASES " == *" max "* && " ${CASES[*]} " == *" direct-default "* ]] &&
+    printf '%s\n' "${SCENARIOS[@]}" | grep -qx 'skew-[0-9]*-[0-9]*-[0-9]*' ||
+    die "BENCH_FIXED_RATE=auto needs the max phase, the direct-default case and a skew scenario; give a rate"
+fi
+command -v curl >/dev/null || die "curl missing"
+command -v python3 >/dev/null || die "python3 missing"
+mkdir -p "$RAW" "$OFFS"
+
+# ---------------------------------------------------------------------------------------------
+# cleanup
+
+started_cluster=0
+delay_set=0
+topics=()
+
+cleanup() {
+  local rc=$? k t
+  set +e
+  for k in "${!KR_PID[@]}"; do kill -TERM "${KR_PID[$k]}" 2>/dev/null; wait "${KR_PID[$k]}" 2>/dev/null; done
+  if [ "$delay_set" = 1 ]; then scripts/cluster.sh delay "$SLOW_BROKER" 0 >/dev/null 2>&1; fi
+  if [ "$started_cluster" = 1 ]; then
+    say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1
+  else
+    for t in "${topics[@]}"; do scripts/cluster.sh delete-topic "$t" >/dev/null 2>&1; done
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+poll() { # TRIES INTERVAL CMD...
+  local tries=$1 interval=$2 i; shift 2
+  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
+  return 1
+}
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://${KR_ADMIN[$1]}/ready" 2>/dev/null; }
+scrape() { # KROUTE FILE
+  curl -fsS --max-time 5 "http://${KR_ADMIN[$1]}/metrics" >"$2" || die "cannot read kroute-$1 metrics"
+}
+
+# leaders per partition for a layout a/b/c: interleaved (1,2,3,1,2,3,... while each has some left)
+# replicas: leader first, followers alternating between the two orders of the other brokers
+assignment() { # A B C -> "1:2:3,2:3:1,..." on line 1, leaders "1,2,3,..." on line 2
+  python3 - "$@" <<'EOF'
+import sys
+left = [int(x) for x in sys.argv[1:4]]
+led = [0, 0, 0]
+asg, leaders = [], []
+while sum(left):
+    for b in range(3):
+        if left[b]:
+            left[b] -= 1
+            o = [(b + 1) % 3, (b + 2) % 3]
+            if led[b] % 2:
+                o.reverse()
+            led[b] += 1
+            asg.append(":".join(str(x + 1) for x in [b] + o))
+            leaders.append(str(b + 1))
+print(",".join(asg))
+print(",".join(leaders))
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# cluster
+
+if ! scripts/cluster.sh status >/dev/null 2>&1; then
+  if scripts/cluster.sh status 2>/dev/null | grep -q ' running pid='; then
+    die "the cluster is partly running; fix it (scripts/cluster.sh status) before benchmarking"
+  fi
+  scripts/cluster.sh stop >/dev/null 2>&1 || true
+  say "starting the cluster (relayed mode)"
+  scripts/cluster.sh start --relayed >/dev/null
+  started_cluster=1
+fi
+cluster_bootstrap=$(scripts/cluster.sh bootstrap)
+[ "$cluster_bootstrap" = "$RELAYED_BOOTSTRAP" ] ||
+  die "the cluster advertises $cluster_bootstrap, not $RELAYED_BOOTSTRAP: it runs in direct mode (stop it and rerun, or scripts/cluster.sh start --relayed)"
+# a delay left over from someone else would skew the equal-broker scenarios
+if scripts/cluster.sh delays | awk '$3 != 0 { bad = 1 } END { exit !bad }'; then
+  die "a broker has a delay set ($(scripts/cluster.sh delays | tr '\n' ' ')); reset it with scripts/cluster.sh delay N 0"
+fi
+KAFKA_LIB=$(scripts/cluster.sh lib)
+TOOL_LOG4J=$REPO/scripts/kafka/log4j2-tools.properties
+[ -f "$TOOL_LOG4J" ] || die "$TOOL_LOG4J missing"
+# the producer JVM (like kafka-producer-perf-test.sh: 512 MB heap; full JIT; quiet logging)
+PRODUCER_JVM=(java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true
+  "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.ProducerPerformance)
+TOOL_JVM=(java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true
+  "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*")
+
+if [ "$BUILD" = 1 ]; then
+  say "cargo build --release"
+  cargo build --release --quiet || die "cargo build --release failed"
+fi
+[ -x "$KROUTE_BIN" ] || die "$KROUTE_BIN not found (cargo build --release)"
+
+# ---------------------------------------------------------------------------------------------
+# kroutes
+
+for k in strict off; do
+  for p in "${KR_BOOT[$k]}" $((KR_BASE[$k] + 1)) $((KR_BASE[$k] + 2)) $((KR_BASE[$k] + 3)) "${KR_ADMIN[$k]##*:}"; do
+    port_open 127.0.0.1 "$p" && die "port $p is already in use (another kroute bench?)"
+  done
+  if [ $k = strict ]; then strategy=strict-cost; else strategy=off; fi
+  cat >"$OUT/kroute-$k.toml" <<EOF
+# written by bench/routing.sh
+[listen]
+bind_host = "127.0.0.1"
+advertised_host = "127.0.0.1"
+bootstrap_port = ${KR_BOOT[$k]}
+broker_port_base = ${KR_BASE[$k]}
+
+[upstream]
+bootstrap_servers = ["127.0.0.1:19192", "127.0.0.1:19193", "127.0.0.1:19194"]
+
+[admin]
+listen = "${KR_ADMIN[$k]}"
+
+[routing]
+strategy = "$strategy"
+include = ["bench-rt-*"]
+EOF
+  "$KROUTE_BIN" --config "$OUT/kroute-$k.toml" </dev/null >"$OUT/kroute-$k.log" 2>&1 &
+  KR_PID[$k]=$!
+done
+for k in strict off; do
+  poll 100 0.2 kroute_ready "$k" || { tail -n 20 "$OUT/kroute-$k.log" >&2; die "kroute-$k not ready within 20s"; }
+  say "kroute-$k pid ${KR_PID[$k]} ready (bootstrap 127.0.0.1:${KR_BOOT[$k]}, admin ${KR_ADMIN[$k]})"
+done
+
+# ---------------------------------------------------------------------------------------------
+# topics: one per scenario x case
+
+declare -A TOPIC LEADERS LAYOUT
+for s in "${SCENARIOS[@]}"; do
+  if [ "$s" = slow-broker ]; then lay=$SLOW_LAYOUT; else lay=$(sed 's/^skew-//; s/-/\//g' <<<"$s"); fi
+  LAYOUT[$s]=$lay
+  read -r asg leaders < <(assignment ${lay//\// } | paste -sd' ')
+  [ -n "$asg" ] || die "empty layout $lay"
+  for c in "${CASES[@]}"; do
+    t=$TOPIC_PREFIX-$s-$c
+    say "creating $t (leaders $lay, RF 3, min.insync.replicas=2)"
+    topics+=("$t")
+    scripts/cluster.sh create-topic "$t" --replica-assignment "$asg" --config min.insync.replicas=2 >/dev/null
+    TOPIC[$s/$c]=$t
+    LEADERS[$t]=$leaders
+    : >"$OFFS/$t"   # fresh topic: every offset 0
+  done
+done
+
+check_leaders() { # every topic's partition leaders are the planned ones
+  local out t
+  out=$("${TOOL_JVM[@]}" org.apache.kafka.tools.TopicCommand --bootstrap-server "$RELAYED_BOOTSTRAP" \
+    --describe --topic "$TOPIC_PREFIX-.*" 2>/dev/null) || die "describing the bench topics failed"
+  for t in "${topics[@]}"; do
+    got=$(awk -v t="$t" '$1 == "Topic:" && $2 == t && $3 == "Partition:" { print $4, $6 }' <<<"$out" |
+      sort -n | awk '{ print $2 }' | paste -sd,)
+    [ "$got" = "${LEADERS[$t]}" ] || die "$t: leaders are '$got', planned '${LEADERS[$t]}'"
+  done
+}
+check_leaders
+say "leaders of ${#topics[@]} topics checked"
+
+read_offsets() { # TOPIC FILE
+  "${TOOL_JVM[@]}" org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$RELAYED_BOOTSTRAP" \
+    --topic "$1" >"$2.tmp" 2>"$RAW/getoffsetshell.err" || { cat "$RAW/getoffsetshell.err" >&2; die "GetOffsetShell $1 failed"; }
+  mv "$2.tmp" "$2"
+}
+
+set_delay() { # MS
+  scripts/cluster.sh delay "$SLOW_BROKER" "$1" >/dev/null || die "scripts/cluster.sh delay $SLOW_BROKER $1 failed"
+  if [ "$1" != 0 ]; then delay_set=1; else delay_set=0; fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# one run: PRODUCERS producers in parallel
+
+[ -f "$RESULTS" ] && mv -f "$RESULTS" "$RESULTS.prev"
+: >"$RESULTS"
+
+run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRODUCER
+  local phase=$1 round=$2 scen=$3 case=$4 n=$5 tput=$6
+  local t=${TOPIC[$scen/$case]} tag="$phase-$round-$scen-$case" bootstrap props=() i pids=() k
+  case $case in
+    direct-*) bootstrap=$RELAYED_BOOTSTRAP ;;
+    kroute-strict) bootstrap=127.0.0.1:${KR_BOOT[strict]} ;;
+    kroute-off) bootstrap=127.0.0.1:${KR_BOOT[off]} ;;
+  esac
+  [ "$case" = direct-noadaptive ] && props+=(partitioner.adaptive.partitioning.enable=false)
+  for k in strict off; do scrape "$k" "$RAW/$tag.m0-$k"; done
+  local t0 t1; t0=$(date +%s.%N)
+  for ((i = 1; i <= PRODUCERS; i++)); do
+    "${PRODUCER_JVM[@]}" --topic "$t" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" \
+      --producer-props "bootstrap.servers=$bootstrap" acks=all enable.idempotence=false \
+      "client.id=kroute-bench-$case-$i" "${props[@]}" >"$RAW/$tag.p$i.log" 2>&1 &
+    pids+=($!)
+  done
+  local failed=0
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { failed=1; tail -n 20 "$RAW/$tag.p$((i + 1)).log" >&2; }; done
+  t1=$(date +%s.%N)
+  [ "$failed" = 0 ] || die "a producer failed ($tag): $RAW/$tag.p*.log"
+  for k in strict off; do
+    kill -0 "${KR_PID[$k]}" 2>/dev/null || die "kroute-$k exited (see $OUT/kroute-$k.log)"
+    scrape "$k" "$RAW/$tag.m1-$k"
+  done
+  cp "$OFFS/$t" "$RAW/$tag.o0"
+  read_offsets "$t" "$OFFS/$t"
+  cp "$OFFS/$t" "$RAW/$tag.o1"
+  python3 bench/routing_report.py record "$RESULTS" phase="$phase" round="$round" scenario="$scen" \
+    case="$case" topic="$t" leaders="${LEADERS[$t]}" records="$n" producers="$PRODUCERS" \
+    record_size="$RECORD_SIZE" offered="$tput" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
+    raw="$RAW/$tag" || die "run $tag invalid (see above)"
+}
+
+run_phase() { # PHASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRODUCER
+  local phase=$1 n=$2 tput=$3 r i s
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for s in "${SCENARIOS[@]}"; do
+      if [ "$s" = slow-broker ]; then set_delay "$SLOW_MS"; fi
+      for ((i = 0; i < ${#CASES[@]}; i++)); do
+        run_case "$phase" "$r" "$s" "${CASES[$(((i + r - 1) % ${#CASES[@]}))]}" "$n" "$tput"
+      done
+      if [ "$s" = slow-broker ]; then set_delay 0; fi
+    done
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+bench_start=$SECONDS
+if [ "$WARMUP_RECORDS" -gt 0 ]; then
+  say "warm-up: one uncounted run per case on ${SCENARIOS[0]}, $WARMUP_RECORDS records per producer"
+  [ "${SCENARIOS[0]}" = slow-broker ] && set_delay "$SLOW_MS"
+  for c in "${CASES[@]}"; do run_case warmup warmup "${SCENARIOS[0]}" "$c" "$WARMUP_RECORDS" -1; done
+  [ "${SCENARIOS[0]}" = slow-broker ] && set_delay 0
+fi
+if [[ " $PHASES " == *" max "* ]]; then
+  say "phase max: $ROUNDS rounds x {${SCENARIOS[*]}} x {${CASES[*]}}, $PRODUCERS x $RECORDS records, --throughput -1"
+  run_phase max "$RECORDS" -1
+fi
+rate=
+if [[ " $PHASES " == *" fixed "* ]]; then
+  rate=$FIXED_RATE
+  if [ "$rate" = auto ]; then
+    rate=$(python3 bench/routing_report.py fixed-rate "$RESULTS" "$FIXED_FRACTION" "$PRODUCERS")
+  fi
+  say "phase fixed: $ROUNDS rounds, $rate records/s per producer (x $PRODUCERS) for ${FIXED_SECONDS}s each"
+  run_phase fixed $((rate * FIXED_SECONDS)) "$rate"
+fi
+check_leaders
+say "leaders unchanged at the end (checked)"
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+cmd="bench/routing.sh"
+for v in $(compgen -e | grep -E '^(BENCH_|KROUTE_BIN$)' | sort); do cmd="$v=\"${!v}\" $cmd"; done
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || commit="$commit + uncommitted changes"
+[ "$BUILD" = 1 ] || commit="$commit (not rebuilt: $KROUTE_BIN of $(date -u -r "$KROUTE_BIN" '+%Y-%m-%d %H:%M UTC'))"
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+layouts=$(for s in "${SCENARIOS[@]}"; do printf '%s=%s;' "$s" "${LAYOUT[$s]}"; done)
+BENCH_META=$(cat <<EOF
+date=$(date -u '+%Y-%m-%d %H:%M UTC')
+command=$cmd
+nproc=$(nproc)
+cpu=${cpu_model:-unknown}
+mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
+kernel=$(uname -r)
+kroute=$commit
+kafka=${KROUTE_KAFKA_VERSION:-4.1.2}
+java=$(java -version 2>&1 | head -n 1)
+rounds=$ROUNDS
+producers=$PRODUCERS
+records=$RECORDS
+record_size=$RECORD_SIZE
+fixed_seconds=$FIXED_SECONDS
+fixed_rate=$rate
+fixed_rate_setting=$FIXED_RATE
+fixed_fraction=$FIXED_FRACTION
+warmup_records=$WARMUP_RECORDS
+slow_broker=$SLOW_BROKER
+slow_ms=$SLOW_MS
+layouts=$layouts
+loadavg_before=$load_before
+loadavg_after=$load_after
+duration_s=$((SECONDS - bench_start))
+topic_prefix=$TOPIC_PREFIX
+EOF
+)
+export BENCH_META
+python3 bench/routing_report.py report "$RESULTS" "$DOCS" "$CHART"
