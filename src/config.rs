@@ -5,7 +5,7 @@
 //! that names the offending key and says what is wrong with it.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -140,6 +140,17 @@ pub struct ListenConfig {
     pub bootstrap_port: u16,
     #[serde(default = "default_broker_port_base")]
     pub broker_port_base: u16,
+    /// TLS for clients; absent: plaintext.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// Certificate and key (PEM files) for TLS on every client listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// The real cluster behind kroute.
@@ -209,6 +220,7 @@ impl Default for ListenConfig {
             advertised_host: default_advertised_host(),
             bootstrap_port: default_bootstrap_port(),
             broker_port_base: default_broker_port_base(),
+            tls: None,
         }
     }
 }
@@ -345,6 +357,9 @@ impl Config {
             if value == 0 {
                 return Err(invalid(key, "must be above 0".into()));
             }
+        }
+        if let Some(tls) = &self.listen.tls {
+            crate::tls::acceptor(tls).map_err(|problem| invalid("listen.tls", problem))?;
         }
         if self.admin.listen.parse::<SocketAddr>().is_err() {
             return Err(invalid(

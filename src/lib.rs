@@ -16,4 +16,5 @@ pub mod protocol;
 pub mod proxy;
 pub mod rewrite;
 pub mod route;
+pub mod tls;
 pub mod upstream;

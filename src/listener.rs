@@ -11,10 +11,14 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tracing::{error, info, warn};
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, error, info, warn};
 
 use crate::client::{Target, serve};
 use crate::proxy::Proxy;
+
+/// How long a client may take to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How soon a broker listener that failed to bind is tried again.
 const REBIND_AFTER: Duration = Duration::from_secs(5);
@@ -30,13 +34,24 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
                 listen.bind_host, listen.bootstrap_port
             )
         })?;
-    info!(address = %bootstrap.local_addr()?, "bootstrap listener ready");
-    tokio::spawn(accept(bootstrap, Target::Bootstrap, proxy.clone()));
+    let tls = match &listen.tls {
+        Some(config) => {
+            Some(crate::tls::acceptor(config).map_err(|e| anyhow::anyhow!("listen.tls: {e}"))?)
+        }
+        None => None,
+    };
+    info!(address = %bootstrap.local_addr()?, tls = tls.is_some(), "bootstrap listener ready");
+    tokio::spawn(accept(
+        bootstrap,
+        Target::Bootstrap,
+        tls.clone(),
+        proxy.clone(),
+    ));
 
     let mut changes = proxy.cluster.subscribe();
     let mut running: BTreeMap<i32, JoinHandle<()>> = BTreeMap::new();
     loop {
-        let all_bound = sync_listeners(&proxy, &mut running).await;
+        let all_bound = sync_listeners(&proxy, &tls, &mut running).await;
         proxy.metrics.brokers_known.set(running.len() as f64);
         if all_bound {
             if changes.changed().await.is_err() {
@@ -51,7 +66,11 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
 
 /// Starts listeners for new brokers and stops those of departed ones. Returns false if some
 /// broker could not get its listener.
-async fn sync_listeners(proxy: &Arc<Proxy>, running: &mut BTreeMap<i32, JoinHandle<()>>) -> bool {
+async fn sync_listeners(
+    proxy: &Arc<Proxy>,
+    tls: &Option<TlsAcceptor>,
+    running: &mut BTreeMap<i32, JoinHandle<()>>,
+) -> bool {
     let wanted = proxy.cluster.node_ids();
     running.retain(|id, task| {
         let keep = wanted.contains(id);
@@ -83,7 +102,12 @@ async fn sync_listeners(proxy: &Arc<Proxy>, running: &mut BTreeMap<i32, JoinHand
                 info!(broker = id, address = %format!("{host}:{port}"), "broker listener ready");
                 running.insert(
                     id,
-                    tokio::spawn(accept(listener, Target::Broker(id), proxy.clone())),
+                    tokio::spawn(accept(
+                        listener,
+                        Target::Broker(id),
+                        tls.clone(),
+                        proxy.clone(),
+                    )),
                 );
             }
             Err(e) => {
@@ -98,11 +122,46 @@ async fn sync_listeners(proxy: &Arc<Proxy>, running: &mut BTreeMap<i32, JoinHand
     all_bound
 }
 
-async fn accept(listener: TcpListener, target: Target, proxy: Arc<Proxy>) {
+async fn accept(
+    listener: TcpListener,
+    target: Target,
+    tls: Option<TlsAcceptor>,
+    proxy: Arc<Proxy>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::spawn(serve(stream, peer, target, proxy.clone()));
+                let _ = stream.set_nodelay(true);
+                let proxy = proxy.clone();
+                match tls.clone() {
+                    None => {
+                        tokio::spawn(serve(stream, peer, target, proxy));
+                    }
+                    Some(acceptor) => {
+                        tokio::spawn(async move {
+                            match tokio::time::timeout(
+                                TLS_HANDSHAKE_TIMEOUT,
+                                acceptor.accept(stream),
+                            )
+                            .await
+                            {
+                                Ok(Ok(stream)) => serve(stream, peer, target, proxy).await,
+                                // A bare TCP probe (a health check) closes before saying anything.
+                                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                                    debug!(%peer, ?target, "connection closed before the TLS handshake");
+                                }
+                                Ok(Err(e)) => {
+                                    proxy.metrics.tls_handshake_failures.increment(1);
+                                    warn!(%peer, ?target, "TLS handshake failed: {e}");
+                                }
+                                Err(_) => {
+                                    proxy.metrics.tls_handshake_failures.increment(1);
+                                    warn!(%peer, ?target, "TLS handshake timed out");
+                                }
+                            }
+                        });
+                    }
+                }
             }
             Err(e) => {
                 // Usually out of file descriptors: back off instead of spinning.

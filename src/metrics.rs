@@ -118,6 +118,7 @@ pub struct Metrics {
     pub connections_accepted: Counter,
     pub connections_active: Gauge,
     pub upstream_unavailable: Counter,
+    pub tls_handshake_failures: Counter,
     pub protocol_errors: ProtocolErrors,
     pub rewrite_errors: Counter,
     pub upstream_protocol_errors: Counter,
@@ -180,6 +181,7 @@ impl Metrics {
             connections_accepted: counter!("kroute_client_connections_total"),
             connections_active: gauge!("kroute_client_connections_active"),
             upstream_unavailable: counter!("kroute_upstream_unavailable_total"),
+            tls_handshake_failures: counter!("kroute_tls_handshake_failures_total"),
             protocol_errors: ProtocolErrors {
                 negative_size: error("negative_size"),
                 oversize: error("oversize"),

@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
@@ -114,7 +112,10 @@ impl Drop for ActiveConnection<'_> {
 }
 
 /// Serves one client connection until either side closes it.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, target: Target, proxy: Arc<Proxy>) {
+pub async fn serve<S>(stream: S, peer: SocketAddr, target: Target, proxy: Arc<Proxy>)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     proxy.metrics.connections_accepted.increment(1);
     proxy.metrics.connections_active.increment(1.0);
     let _active = ActiveConnection(&proxy);
@@ -127,8 +128,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, target: Target, proxy: A
             return;
         }
     };
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = tokio::io::split(stream);
     let (slots_tx, slots_rx) = mpsc::channel(proxy.config.limits.max_in_flight_per_connection);
 
     let upstreams = Upstreams {
@@ -194,7 +194,7 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
 }
 
 async fn read_requests(
-    rd: OwnedReadHalf,
+    rd: impl AsyncRead + Unpin,
     mut upstreams: Upstreams<'_>,
     slots: mpsc::Sender<Slot>,
     proxy: &Proxy,
@@ -270,7 +270,7 @@ async fn read_requests(
 }
 
 async fn write_replies(
-    wr: OwnedWriteHalf,
+    wr: impl AsyncWrite + Unpin,
     mut slots: mpsc::Receiver<Slot>,
     proxy: &Proxy,
 ) -> Result<(), ClientError> {

@@ -45,6 +45,9 @@
  *       consumed=<n> unique=<distinct ids> members_with_assignment=<k>
  *     Exit 1 if consumed < N.
  *
+ * Every subcommand also takes --client-config k=v (repeatable): any Kafka client property,
+ * applied to every client it creates (e.g. security.protocol=SSL for a TLS listener).
+ *
  * admin-create --topic T --partitions N --replication-factor R [--config k=v]...
  *       created topic=<T> partitions=<N> replication_factor=<R>
  * admin-describe --topic T
@@ -218,6 +221,12 @@ public final class KrouteClient {
         Properties p = new Properties();
         p.put("bootstrap.servers", a.req("bootstrap"));
         p.put("client.id", "kroute-java-" + ProcessHandle.current().pid());
+        // --client-config k=v (repeatable): any client property, e.g. security.protocol=SSL.
+        for (String kv : a.all("client-config")) {
+            int eq = kv.indexOf('=');
+            if (eq < 1) throw new UsageError("--client-config needs k=v, got " + kv);
+            p.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
         return p;
     }
 
