@@ -2,9 +2,9 @@
 # Routing of keyless produce batches: the Java client's partitioner vs kroute strict-cost, side by
 # side in one run on the local cluster (scripts/cluster.sh, relayed mode).
 #
-#   bench/routing.sh                full run (defaults below, ~20 minutes on 2 cores)
-#   BENCH_ROUNDS=1 BENCH_SCENARIOS="skew-22-10-4 slow-broker" BENCH_RECORDS=3000 \
-#   BENCH_FIXED_SECONDS=5 BENCH_FIXED_RATE=150 BENCH_WARMUP_RECORDS=500 BENCH_DOCS=none bench/routing.sh
+#   bench/routing.sh                full run (defaults below, ~19 minutes on 2 cores)
+#   BENCH_ROUNDS=1 BENCH_SCENARIOS="skew-22-10-4 slow-broker" BENCH_RECORDS=2000 BENCH_SLOW_RECORDS=600 \
+#   BENCH_FIXED_SECONDS=4 BENCH_WARMUP_RECORDS=500 BENCH_DOCS=none bench/routing.sh
 #                                   smoke run (~3 minutes)
 #
 # Scenarios (one fresh topic per scenario x case, RF 3, min.insync.replicas=2, exact leaders via
@@ -19,7 +19,8 @@
 #   direct-noadaptive  producers -> brokers, partitioner.adaptive.partitioning.enable=false
 #   kroute-strict      producers -> kroute ([routing] strategy strict-cost, include bench-rt-*) -> brokers
 #   kroute-off         producers -> kroute ([routing] strategy off) -> brokers: the hop without routing
-# Phases: max throughput (--throughput -1, BENCH_RECORDS records per producer) and a fixed
+# Phases: max throughput (--throughput -1, BENCH_RECORDS records per producer, BENCH_SLOW_RECORDS
+# in slow-broker, where the direct cases are ~4x slower) and a fixed
 # offered load (--throughput BENCH_FIXED_RATE per producer for BENCH_FIXED_SECONDS).
 # Each run: BENCH_PRODUCERS ProducerPerformance JVMs in parallel on the run's topic.
 # Each round runs every scenario x case once, cases in an order rotated per round.
@@ -40,13 +41,17 @@
 #   BENCH_SCENARIOS       [skew-22-10-4 skew-16-16-4 skew-12-12-12 slow-broker]
 #   BENCH_CASES           [direct-default direct-noadaptive kroute-strict kroute-off]
 #   BENCH_PRODUCERS       producer processes per run [2]
-#   BENCH_RECORDS         records per producer per max-throughput run [12000]
+#   BENCH_RECORDS         records per producer per max-throughput run [5000]
+#   BENCH_SLOW_RECORDS    the same in the slow-broker scenario [3500] (both > the producer's 32 MiB
+#                         buffer.memory, so a max run reaches a steady state instead of one burst)
+#   BENCH_PRODUCER_PROPS  extra producer properties for every case, "k=v k=v" [none]
 #   BENCH_RECORD_SIZE     bytes per record [10240]
-#   BENCH_FIXED_RATE      records/s PER PRODUCER in the fixed-load phase, or "auto" =
-#                         BENCH_FIXED_FRACTION x the median direct-default max of skew-12-12-12
-#                         (equal brokers) of this run, split over the producers [auto]
+#   BENCH_FIXED_RATE      records/s PER PRODUCER in the fixed-load phase [150: 2 x 150 x 10 KiB
+#                         = 2.9 MiB/s, which every case sustains with equal brokers on 2 cores], or
+#                         "auto" = BENCH_FIXED_FRACTION x the median direct-default max of
+#                         skew-12-12-12 (equal brokers) of this run, split over the producers
 #   BENCH_FIXED_FRACTION  [0.5]
-#   BENCH_FIXED_SECONDS   duration of each fixed-load run [15]
+#   BENCH_FIXED_SECONDS   duration of each fixed-load run [12]
 #   BENCH_WARMUP_RECORDS  records per producer of one uncounted run per case first (0 = none) [3000]
 #   BENCH_PHASES          "max fixed" (or one of them) [max fixed]
 #   BENCH_SLOW_BROKER     [2]     BENCH_SLOW_MS [20]
@@ -69,11 +74,13 @@ ROUNDS=${BENCH_ROUNDS:-2}
 SCENARIOS=(${BENCH_SCENARIOS:-skew-22-10-4 skew-16-16-4 skew-12-12-12 slow-broker})
 CASES=(${BENCH_CASES:-direct-default direct-noadaptive kroute-strict kroute-off})
 PRODUCERS=${BENCH_PRODUCERS:-2}
-RECORDS=${BENCH_RECORDS:-12000}
+RECORDS=${BENCH_RECORDS:-5000}
+SLOW_RECORDS=${BENCH_SLOW_RECORDS:-3500}
+EXTRA_PROPS=(${BENCH_PRODUCER_PROPS:-})
 RECORD_SIZE=${BENCH_RECORD_SIZE:-10240}
-FIXED_RATE=${BENCH_FIXED_RATE:-auto}
+FIXED_RATE=${BENCH_FIXED_RATE:-150}
 FIXED_FRACTION=${BENCH_FIXED_FRACTION:-0.5}
-FIXED_SECONDS=${BENCH_FIXED_SECONDS:-15}
+FIXED_SECONDS=${BENCH_FIXED_SECONDS:-12}
 WARMUP_RECORDS=${BENCH_WARMUP_RECORDS:-3000}
 PHASES=${BENCH_PHASES:-max fixed}
 SLOW_BROKER=${BENCH_SLOW_BROKER:-2}
@@ -99,10 +106,10 @@ TOPIC_PREFIX=bench-rt-$RUN_ID
 say() { echo "bench: $*" >&2; }
 die() { echo "bench: FAILED: $*" >&2; exit 1; }
 
-for v in ROUNDS PRODUCERS RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS SLOW_BROKER SLOW_MS; do
+for v in ROUNDS PRODUCERS RECORDS SLOW_RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS SLOW_BROKER SLOW_MS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "BENCH_$v must be a non-negative integer (got '${!v}')"
 done
-[ "$ROUNDS" -ge 1 ] && [ "$RECORDS" -ge 1 ] && [ "$FIXED_SECONDS" -ge 1 ] && [ "$PRODUCERS" -ge 1 ] ||
+[ "$ROUNDS" -ge 1 ] && [ "$RECORDS" -ge 1 ] && [ "$SLOW_RECORDS" -ge 1 ] && [ "$FIXED_SECONDS" -ge 1 ] && [ "$PRODUCERS" -ge 1 ] ||
   die "rounds, records, seconds, producers must be >= 1"
 [[ $SLOW_BROKER =~ ^[123]$ ]] || die "BENCH_SLOW_BROKER must be 1, 2 or 3"
 [[ $SLOW_LAYOUT =~ ^[0-9]+/[0-9]+/[0-9]+$ ]] || die "BENCH_SLOW_LAYOUT must be a/b/c"
@@ -309,6 +316,7 @@ run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRO
     kroute-off) bootstrap=127.0.0.1:${KR_BOOT[off]} ;;
   esac
   [ "$case" = direct-noadaptive ] && props+=(partitioner.adaptive.partitioning.enable=false)
+  props+=("${EXTRA_PROPS[@]}")
   for k in strict off; do scrape "$k" "$RAW/$tag.m0-$k"; done
   local t0 t1; t0=$(date +%s.%N)
   for ((i = 1; i <= PRODUCERS; i++)); do
@@ -334,13 +342,14 @@ run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRO
     raw="$RAW/$tag" || die "run $tag invalid (see above)"
 }
 
-run_phase() { # PHASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRODUCER
-  local phase=$1 n=$2 tput=$3 r i s
+run_phase() { # PHASE RECORDS_PER_PRODUCER SLOW_BROKER_RECORDS_PER_PRODUCER THROUGHPUT_PER_PRODUCER
+  local phase=$1 n=$2 slow_n=$3 tput=$4 r i s sn
   for ((r = 1; r <= ROUNDS; r++)); do
     for s in "${SCENARIOS[@]}"; do
-      if [ "$s" = slow-broker ]; then set_delay "$SLOW_MS"; fi
+      sn=$n
+      if [ "$s" = slow-broker ]; then set_delay "$SLOW_MS"; sn=$slow_n; fi
       for ((i = 0; i < ${#CASES[@]}; i++)); do
-        run_case "$phase" "$r" "$s" "${CASES[$(((i + r - 1) % ${#CASES[@]}))]}" "$n" "$tput"
+        run_case "$phase" "$r" "$s" "${CASES[$(((i + r - 1) % ${#CASES[@]}))]}" "$sn" "$tput"
       done
       if [ "$s" = slow-broker ]; then set_delay 0; fi
     done
@@ -359,8 +368,8 @@ if [ "$WARMUP_RECORDS" -gt 0 ]; then
   [ "${SCENARIOS[0]}" = slow-broker ] && set_delay 0
 fi
 if [[ " $PHASES " == *" max "* ]]; then
-  say "phase max: $ROUNDS rounds x {${SCENARIOS[*]}} x {${CASES[*]}}, $PRODUCERS x $RECORDS records, --throughput -1"
-  run_phase max "$RECORDS" -1
+  say "phase max: $ROUNDS rounds x {${SCENARIOS[*]}} x {${CASES[*]}}, $PRODUCERS x $RECORDS records ($SLOW_RECORDS in slow-broker), --throughput -1"
+  run_phase max "$RECORDS" "$SLOW_RECORDS" -1
 fi
 rate=
 if [[ " $PHASES " == *" fixed "* ]]; then
@@ -369,7 +378,7 @@ if [[ " $PHASES " == *" fixed "* ]]; then
     rate=$(python3 bench/routing_report.py fixed-rate "$RESULTS" "$FIXED_FRACTION" "$PRODUCERS")
   fi
   say "phase fixed: $ROUNDS rounds, $rate records/s per producer (x $PRODUCERS) for ${FIXED_SECONDS}s each"
-  run_phase fixed $((rate * FIXED_SECONDS)) "$rate"
+  run_phase fixed $((rate * FIXED_SECONDS)) $((rate * FIXED_SECONDS)) "$rate"
 fi
 check_leaders
 say "leaders unchanged at the end (checked)"
@@ -399,6 +408,8 @@ java=$(java -version 2>&1 | head -n 1)
 rounds=$ROUNDS
 producers=$PRODUCERS
 records=$RECORDS
+slow_records=$SLOW_RECORDS
+producer_props=${EXTRA_PROPS[*]}
 record_size=$RECORD_SIZE
 fixed_seconds=$FIXED_SECONDS
 fixed_rate=$rate

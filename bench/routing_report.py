@@ -272,6 +272,14 @@ def paired(rows, metric, case, base=BASE):
     return med(ratios)
 
 
+def sum_json(rows, key):
+    out = {}
+    for r in rows:
+        for k, v in json.loads(r[key]).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
 def fr(x):
     return "n/a" if x != x else f"{x:.2f}x"
 
@@ -309,6 +317,8 @@ def summarize(rows):
                     upshares=[med(r[f"upshare_b{b}"] for r in cr) for b in (1, 2, 3)],
                     maxdev=med(r["maxdev"] for r in cr), maxdev_worst=max(r["maxdev"] for r in cr),
                     moved=med(r["batches_moved"] for r in cr),
+                    moved_sum=sum(r["batches_moved"] for r in cr),
+                    kept=sum_json(cr, "kept"),
                     moved_frac=med(r["records_moved"] / r["sent"] for r in cr),
                     t_ratio=paired(rs, "rps", c), avg_ratio=paired(rs, "avg_ms", c), p99_ratio=paired(rs, "p99_ms", c),
                     short=[r for r in cr if ph == "fixed" and r["rps"] < SUSTAIN * r["offered_rps"] * r["producers"]],
@@ -341,6 +351,16 @@ def table(s, ph, d, meta):
             f"{x['maxdev'] * 100:.0f}% ({x['maxdev_worst'] * 100:.0f}%) | {up} | {mv} |"
         )
     out.append("")
+    if "kroute-strict" in d and d["kroute-strict"]["kept"]:
+        k = d["kroute-strict"]["kept"]
+        tot = sum(k.values()) + d["kroute-strict"]["moved_sum"]
+        out.append(
+            "kroute-strict batches, all rounds: "
+            + ", ".join([f"moved {d['kroute-strict']['moved_sum'] / tot * 100:.0f}%"]
+                        + [f"kept `{r}` {v / tot * 100:.0f}%" for r, v in sorted(k.items(), key=lambda x: -x[1])])
+            + "."
+        )
+        out.append("")
     short = [r for x in d.values() for r in x["short"]]
     if short:
         out.append(
@@ -409,6 +429,7 @@ def chart(summ, path, meta):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     scens = []
     for (s, _ph) in summ:
@@ -416,57 +437,70 @@ def chart(summ, path, meta):
             scens.append(s)
     if not scens:
         return False
+    phases = [ph for ph in ("max", "fixed") if any((s, ph) in summ for s in scens)]
     colors = ["#4c72b0", "#dd8452", "#55a868"]
-    short = {"direct-default": "direct\ndefault", "direct-noadaptive": "direct\nno-adaptive",
+    short = {"direct-default": "direct\ndefault", "direct-noadaptive": "direct\nno-adapt.",
              "kroute-strict": "kroute\nstrict", "kroute-off": "kroute\noff"}
-    fig, axes = plt.subplots(2, len(scens), figsize=(3.4 * len(scens) + 0.6, 6.2), squeeze=False)
+    layouts = dict(x.split("=", 1) for x in meta.get("layouts", "").strip(";").split(";") if "=" in x)
+    nrow = len(phases) + 1
+    fig, axes = plt.subplots(nrow, len(scens), figsize=(2.9 * len(scens) + 0.8, 2.5 * nrow + 0.7), squeeze=False)
+    w = 0.26
     for j, s in enumerate(scens):
-        d = summ.get((s, "max")) or summ.get((s, "fixed"))
-        ph = "max" if (s, "max") in summ else "fixed"
-        cs = [c for c in CASES if c in d]
-        ax = axes[0][j]
-        w = 0.26
-        for b in range(3):
-            ax.bar([i + (b - 1) * w for i in range(len(cs))], [d[c]["shares"][b] for c in cs], w,
-                   color=colors[b], label=f"broker {b + 1}")
-        ax.axhline(1 / 3, color="k", lw=0.8, ls="--")
-        ax.axhspan(0.3, 1 / 3 * 1.1, color="0.85", zorder=0)
-        ax.set_xticks(range(len(cs)))
-        ax.set_xticklabels([short[c] for c in cs], fontsize=7)
-        ax.set_ylim(0, 0.8)
-        lay = dict(x.split("=") for x in meta.get("layouts", "").strip(";").split(";") if "=" in x).get(s, "")
-        extra = f", broker {meta.get('slow_broker', '2')} +{meta.get('slow_ms', '20')} ms" if s == "slow-broker" else ""
-        ax.set_title(f"{s}\nleaders {lay}{extra}", fontsize=9)
-        if j == 0:
-            ax.set_ylabel(f"share of records ({ph} load)", fontsize=8)
-            ax.legend(fontsize=7, loc="upper right")
-        ax.tick_params(axis="y", labelsize=7)
-
-        ax = axes[1][j]
-        dm = summ.get((s, "max"), {})
-        dfx = summ.get((s, "fixed"), {})
-        series = [("throughput (max)", dm, "t_ratio", "#4c72b0"), ("p99 (max)", dm, "p99_ratio", "#c44e52"),
-                  ("p99 (fixed load)", dfx, "p99_ratio", "#8172b2")]
+        cs = [c for c in CASES if any(c in summ.get((s, ph), {}) for ph in phases)]
+        for i, ph in enumerate(phases):
+            ax = axes[i][j]
+            d = summ.get((s, ph), {})
+            for b in range(3):
+                ax.bar([k + (b - 1) * w for k in range(len(cs))],
+                       [d[c]["shares"][b] if c in d else float("nan") for c in cs], w,
+                       color=colors[b], label=f"broker {b + 1}")
+            ax.axhspan(0.3, 1 / 3 * 1.1, color="0.85", zorder=0, label="1/3 +-10%")
+            ax.axhline(1 / 3, color="k", lw=0.6, ls="--")
+            ax.set_xticks(range(len(cs)))
+            ax.set_xticklabels([short[c] for c in cs], fontsize=7)
+            ax.set_ylim(0, 0.8)
+            ax.tick_params(axis="y", labelsize=7)
+            if i == 0:
+                extra = f", b{meta.get('slow_broker', '2')} +{meta.get('slow_ms', '20')} ms" if s == "slow-broker" else ""
+                ax.set_title(f"{s}\nleaders {layouts.get(s, '?')}{extra}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"share of records\n({'max throughput' if ph == 'max' else 'fixed load'})", fontsize=8)
+        ax = axes[nrow - 1][j]
+        dm, dfx = summ.get((s, "max"), {}), summ.get((s, "fixed"), {})
+        series = [("throughput, max", dm, "t_ratio", "#4c72b0"), ("p99, max", dm, "p99_ratio", "#c44e52"),
+                  ("p99, fixed load", dfx, "p99_ratio", "#8172b2")]
+        vals_all = []
         for k, (lbl, dd, key, col) in enumerate(series):
             vals = [dd[c][key] if c in dd else float("nan") for c in cs]
-            ax.bar([i + (k - 1) * w for i in range(len(cs))], vals, w, color=col, label=lbl)
+            vals_all += [v for v in vals if v == v and v > 0]
+            ax.bar([q + (k - 1) * w for q in range(len(cs))], vals, w, color=col, label=lbl)
         ax.axhline(1, color="k", lw=0.8)
         ax.set_yscale("log")
+        lo = min([0.2] + [v / 1.5 for v in vals_all])
+        hi = max([5] + [v * 1.5 for v in vals_all])
+        ax.set_ylim(lo, hi)
+        ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100) if lo <= t <= hi]
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}x"))
         ax.set_xticks(range(len(cs)))
         ax.set_xticklabels([short[c] for c in cs], fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
         if j == 0:
-            ax.set_ylabel("ratio to direct-default (log)", fontsize=8)
-            ax.legend(fontsize=7, loc="best")
+            ax.set_ylabel("vs direct-default", fontsize=8)
     fig.suptitle(
-        f"kroute strict-cost vs the Java partitioner: {meta.get('producers', '2')} producers x "
-        f"{float(meta.get('record_size', '10240')) / 1024:.0f} KiB keyless records, acks=all, "
-        f"median of {meta.get('rounds', '?')} round(s), {meta.get('date', '')}", fontsize=9)
-    fig.tight_layout()
+        f"kroute strict-cost vs the Java partitioner\n{meta.get('date', '')}, {meta.get('producers', '2')} producers, "
+        f"{float(meta.get('record_size', '10240')) / 1024:.0f} KiB keyless records\nacks=all, no idempotence; "
+        f"medians of {meta.get('rounds', '?')} round(s)", fontsize=7)
+    h1, l1 = axes[0][0].get_legend_handles_labels()
+    h2, l2 = axes[nrow - 1][0].get_legend_handles_labels()
+    fig.legend(h1, l1, loc="upper left", fontsize=6, ncol=2, frameon=False)
+    fig.legend(h2, l2, loc="upper right", fontsize=6, ncol=1, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / (2.5 * nrow + 0.7)))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=72)
     plt.close(fig)
-    try:  # shrink the PNG if Pillow can quantize it (matplotlib depends on Pillow)
+    try:  # shrink the PNG (matplotlib depends on Pillow)
         from PIL import Image
         Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
     except Exception:
@@ -484,13 +518,15 @@ def report(rows, chart_path, docs_path):
         f"load average before/after: {m.get('loadavg_before', '?')} / {m.get('loadavg_after', '?')}"
     )
     parts.append(
-        f"- kroute {m.get('kroute', '?')} (release build); Apache Kafka {m.get('kafka', '?')} (1 controller + 3 "
+        f"- kroute {m.get('kroute', '?')}, release build; Apache Kafka {m.get('kafka', '?')} (1 controller + 3 "
         f"brokers, scripts/cluster.sh relayed mode); {m.get('java', '?')}"
     )
     parts.append(
         f"- {m.get('rounds', '?')} round(s), cases in rotating order; {m.get('producers', '?')} producers per run, "
-        f"{m.get('record_size', '?')} B keyless records, acks=all, enable.idempotence=false; max: "
-        f"{m.get('records', '?')} records per producer; fixed: {m.get('fixed_rate', '?')} records/s per producer "
+        f"{m.get('record_size', '?')} B keyless records, acks=all, enable.idempotence=false"
+        + (f", {m.get('producer_props')}" if m.get("producer_props") else "")
+        + "; max: "
+        f"{m.get('records', '?')} records per producer ({m.get('slow_records', '?')} in slow-broker); fixed: {m.get('fixed_rate', '?')} records/s per producer "
         f"(setting: {m.get('fixed_rate_setting', '?')}"
         + (f", {m.get('fixed_fraction')} x median direct-default max of skew-12-12-12" if m.get("fixed_rate_setting") == "auto" else "")
         + f") for {m.get('fixed_seconds', '?')} s; slow broker: broker {m.get('slow_broker', '?')} +{m.get('slow_ms', '?')} ms; "

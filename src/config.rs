@@ -335,10 +335,10 @@ impl Config {
                 format!("must be between 1024 and {}", i32::MAX),
             ));
         }
-        if self.limits.max_in_flight_per_connection == 0 {
+        if !(1..=1_000_000).contains(&self.limits.max_in_flight_per_connection) {
             return Err(invalid(
                 "limits.max_in_flight_per_connection",
-                "must be at least 1".into(),
+                "must be between 1 and 1000000".into(),
             ));
         }
         for (key, globs) in [

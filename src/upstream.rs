@@ -58,6 +58,7 @@ pub struct Outbound {
 pub struct Upstream {
     pub node_id: i32,
     tx: mpsc::Sender<Outbound>,
+    link: Arc<Link>,
 }
 
 /// How many requests may wait for the writer before the client reader waits too.
@@ -98,10 +99,17 @@ impl Upstream {
             metrics,
             score,
             client_left: AtomicBool::new(false),
+            reader_done: AtomicBool::new(false),
         });
         tokio::spawn(write_requests(wr, rx, pending_tx, link.clone()));
-        tokio::spawn(read_responses(rd, pending_rx, proxy.clone(), link));
-        Ok(Upstream { node_id, tx })
+        tokio::spawn(read_responses(rd, pending_rx, proxy.clone(), link.clone()));
+        Ok(Upstream { node_id, tx, link })
+    }
+
+    /// False once the broker side of the connection has ended (e.g. the broker closed an idle
+    /// connection): requests sent now would be lost.
+    pub fn is_open(&self) -> bool {
+        !self.link.reader_done.load(Ordering::Relaxed) && !self.tx.is_closed()
     }
 
     /// Queues a request; fails if the connection is gone.
@@ -125,6 +133,8 @@ struct Link {
     /// Set when the client side closed this connection (so requests still in flight, such as
     /// a long-poll fetch, are not the broker's fault).
     client_left: AtomicBool,
+    /// Set when the reader has stopped: nothing sent from then on can be answered.
+    reader_done: AtomicBool,
 }
 
 impl Link {
@@ -235,6 +245,9 @@ async fn read_responses(
         // The client may have gone; its reply slot is then simply dropped.
         let _ = pending.reply.send(Ok(payload));
     };
+    // Close first, so that nothing the writer queues from now on slips past the final drain.
+    link.reader_done.store(true, Ordering::Relaxed);
+    pending_rx.close();
     while let Ok(p) = pending_rx.try_recv() {
         waiting.push_back(p);
     }
@@ -251,6 +264,9 @@ async fn read_responses(
         );
     } else {
         metrics.disconnects.increment(1);
+        if node_id >= 0 {
+            proxy.router.scores.unreachable(node_id, Instant::now());
+        }
         warn!(
             broker = node_id,
             in_flight = waiting.len(),

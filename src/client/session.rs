@@ -9,10 +9,13 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::oneshot::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
@@ -66,6 +69,10 @@ impl Upstreams<'_> {
             let _ = self.home.send(out).await;
             return;
         }
+        // A side connection the broker has closed (idle timeout, restart) is replaced first.
+        if self.others.get(&node_id).is_some_and(|u| !u.is_open()) {
+            self.others.remove(&node_id);
+        }
         if !self.others.contains_key(&node_id) {
             let Some(addr) = self.proxy.cluster.address(node_id) else {
                 return;
@@ -75,6 +82,11 @@ impl Upstreams<'_> {
                     self.others.insert(node_id, u);
                 }
                 Err(e) => {
+                    // Keep routed batches away from it for a while; this part fails retriably.
+                    self.proxy
+                        .router
+                        .scores
+                        .unreachable(node_id, Instant::now());
                     debug!(
                         broker = node_id,
                         "cannot open a connection for a routed part: {e}"
@@ -140,6 +152,8 @@ where
         read = read_requests(rd, upstreams, slots_tx, &proxy) => match read {
             Ok(()) => debug!(%peer, "client closed the connection"),
             Err(ClientError::Upstream(_)) => debug!(%peer, "upstream went away"),
+            // A reset or other socket error is the client's business, not a protocol problem.
+            Err(ClientError::Frame(FrameError::Io(e))) => debug!(%peer, "client connection failed: {e}"),
             Err(e) => {
                 count_protocol_error(&proxy, &e);
                 warn!(%peer, ?target, "closing client connection: {e}");
@@ -200,6 +214,9 @@ async fn read_requests(
     proxy: &Proxy,
 ) -> Result<(), ClientError> {
     let home = upstreams.home.node_id;
+    // Side connections to other brokers carry no SASL identity: an authenticated client's
+    // batches are never moved.
+    let mut may_route = true;
     let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
     let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
     while let Some(frame) = frames.next().await {
@@ -215,7 +232,13 @@ async fn read_requests(
             reply,
         };
         // Every reply slot is queued before its request leaves, so replies keep request order.
-        match plan(proxy, home, &head, &frame)? {
+        if matches!(
+            head.api(),
+            Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+        ) {
+            may_route = false;
+        }
+        match plan(proxy, home, may_route, &head, &frame)? {
             Plan::ForwardNoReply => {
                 let out = Outbound {
                     frame,
@@ -278,12 +301,28 @@ async fn write_replies(
     while let Some(slot) = slots.recv().await {
         let (api_key, payload) = match slot {
             Slot::Ready { api_key, payload } => (api_key, payload),
-            Slot::Waiting { api_key, reply } => (api_key, reply.await.map_err(|_| UpstreamGone)??),
+            Slot::Waiting { api_key, mut reply } => {
+                let answer = match reply.try_recv() {
+                    Ok(answer) => answer,
+                    Err(TryRecvError::Closed) => Err(UpstreamGone),
+                    Err(TryRecvError::Empty) => {
+                        // Nothing ready to add: let the client have what is buffered meanwhile.
+                        out.flush().await.map_err(FrameError::Io)?;
+                        reply.await.unwrap_or(Err(UpstreamGone))
+                    }
+                };
+                if answer.is_err() {
+                    // Replies already written are the client's: deliver them before closing.
+                    let _ = out.flush().await;
+                }
+                (api_key, answer?)
+            }
             Slot::Merging {
                 api_key,
                 replies,
                 merge,
             } => {
+                out.flush().await.map_err(FrameError::Io)?;
                 let mut answers = Vec::with_capacity(replies.len());
                 for reply in replies {
                     answers.push(reply.await.unwrap_or(Err(UpstreamGone)));

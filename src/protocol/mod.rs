@@ -2,4 +2,5 @@
 
 pub mod frame;
 pub mod header;
+pub mod produce;
 pub mod versions;

@@ -9,10 +9,24 @@
 use std::io::Read;
 
 use bytes::Bytes;
-use kafka_protocol::compression::{Decompressor, Snappy};
 
-/// Decompressed size above which a batch is not inspected (and so stays where it is).
-const MAX_INSPECT_BYTES: u64 = 64 * 1024 * 1024;
+/// Decompressed bytes one request may cost to inspect; batches beyond it stay where they are.
+/// (Decompression runs on the connection's task: this bounds both memory and time per request.)
+const MAX_INSPECT_BYTES_PER_REQUEST: u64 = 64 * 1024 * 1024;
+
+/// What is left of one request's decompression allowance.
+#[derive(Debug)]
+pub struct InspectBudget {
+    remaining: u64,
+}
+
+impl InspectBudget {
+    pub fn per_request() -> Self {
+        Self {
+            remaining: MAX_INSPECT_BYTES_PER_REQUEST,
+        }
+    }
+}
 
 // Record batch v2 layout (byte offsets).
 const BATCH_LENGTH: usize = 8;
@@ -82,7 +96,7 @@ pub struct Movable {
 }
 
 /// Inspects the records of one partition entry of a Produce request.
-pub fn inspect(records: &Bytes) -> Result<Movable, KeepReason> {
+pub fn inspect(records: &Bytes, budget: &mut InspectBudget) -> Result<Movable, KeepReason> {
     let mut rest = records.clone();
     let mut total = 0u32;
     if rest.is_empty() {
@@ -90,7 +104,7 @@ pub fn inspect(records: &Bytes) -> Result<Movable, KeepReason> {
     }
     while !rest.is_empty() {
         let batch = split_batch(&mut rest)?;
-        total = total.saturating_add(inspect_batch(&batch)?);
+        total = total.saturating_add(inspect_batch(&batch, budget)?);
     }
     Ok(Movable { records: total })
 }
@@ -109,7 +123,7 @@ fn read_i32(b: &[u8], at: usize) -> Option<i32> {
     Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn inspect_batch(batch: &Bytes) -> Result<u32, KeepReason> {
+fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<u32, KeepReason> {
     if batch.get(MAGIC) != Some(&2) {
         return Err(KeepReason::Malformed);
     }
@@ -134,7 +148,11 @@ fn inspect_batch(batch: &Bytes) -> Result<u32, KeepReason> {
     let region = batch.slice(RECORDS..);
     let all_null = match attributes & 0x07 {
         0 => all_keys_null(&region, count),
-        codec => all_keys_null(&decompress(codec, region)?, count),
+        codec => {
+            let plain = decompress(codec, &region, budget.remaining)?;
+            budget.remaining -= plain.len() as u64;
+            all_keys_null(&plain, count)
+        }
     }?;
     if all_null {
         Ok(count)
@@ -143,42 +161,67 @@ fn inspect_batch(batch: &Bytes) -> Result<u32, KeepReason> {
     }
 }
 
-fn decompress(codec: i16, region: Bytes) -> Result<Bytes, KeepReason> {
+/// Decompresses a records region, giving up (Uninspectable) past `limit` bytes of output.
+fn decompress(codec: i16, region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReason> {
     let mut out = Vec::new();
-    let limited = |reader: &mut dyn Read, out: &mut Vec<u8>| -> Result<(), KeepReason> {
+    let mut bounded = |reader: &mut dyn Read| -> Result<(), KeepReason> {
         reader
-            .take(MAX_INSPECT_BYTES + 1)
-            .read_to_end(out)
+            .take(limit + 1)
+            .read_to_end(&mut out)
             .map_err(|_| KeepReason::Uninspectable)?;
-        if out.len() as u64 > MAX_INSPECT_BYTES {
-            return Err(KeepReason::Uninspectable);
-        }
         Ok(())
     };
     match codec {
-        1 => limited(
-            &mut flate2::read::MultiGzDecoder::new(&region[..]),
-            &mut out,
+        1 => bounded(&mut flate2::read::MultiGzDecoder::new(region))?,
+        2 => return snappy(region, limit),
+        3 => bounded(&mut lz4::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?)?,
+        4 => bounded(
+            &mut zstd::stream::read::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?,
         )?,
-        2 => {
-            // Snappy expands at most ~21x, so its output is bounded by the frame size limit;
-            // kafka-protocol knows both raw and xerial-framed snappy.
-            let mut input = region;
-            return Snappy::decompress(&mut input, |b: &mut Bytes| Ok(b.clone()))
-                .map_err(|_| KeepReason::Uninspectable);
-        }
-        3 => {
-            let mut d = lz4::Decoder::new(&region[..]).map_err(|_| KeepReason::Uninspectable)?;
-            limited(&mut d, &mut out)?
-        }
-        4 => {
-            let mut d = zstd::stream::read::Decoder::new(&region[..])
-                .map_err(|_| KeepReason::Uninspectable)?;
-            limited(&mut d, &mut out)?
-        }
         _ => return Err(KeepReason::Malformed),
     }
-    Ok(Bytes::from(out))
+    if out.len() as u64 > limit {
+        return Err(KeepReason::Uninspectable);
+    }
+    Ok(out)
+}
+
+/// Snappy as Kafka clients write it: xerial framing (a magic header, then length-prefixed raw
+/// snappy blocks), or one raw block. Each block announces its decompressed length, which is
+/// checked against `limit` before anything is allocated.
+fn snappy(region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReason> {
+    const XERIAL_MAGIC: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+    let mut blocks: Vec<&[u8]> = Vec::new();
+    if region.starts_with(XERIAL_MAGIC) {
+        let mut pos = 16; // magic, version i32, compatible-version i32
+        while pos < region.len() {
+            let len = read_i32(region, pos)
+                .and_then(|l| usize::try_from(l).ok())
+                .ok_or(KeepReason::Uninspectable)?;
+            let block = region
+                .get(pos + 4..pos + 4 + len)
+                .ok_or(KeepReason::Uninspectable)?;
+            blocks.push(block);
+            pos += 4 + len;
+        }
+    } else {
+        blocks.push(region);
+    }
+    let mut out = Vec::new();
+    let mut decoder = snap::raw::Decoder::new();
+    for block in blocks {
+        let n = snap::raw::decompress_len(block).map_err(|_| KeepReason::Uninspectable)?;
+        if (out.len() + n) as u64 > limit {
+            return Err(KeepReason::Uninspectable);
+        }
+        let start = out.len();
+        out.resize(start + n, 0);
+        let written = decoder
+            .decompress(block, &mut out[start..])
+            .map_err(|_| KeepReason::Uninspectable)?;
+        out.truncate(start + written);
+    }
+    Ok(out)
 }
 
 /// Reads a zigzag varint (as used inside records) as i64.
@@ -268,6 +311,34 @@ pub(crate) mod tests {
         out.freeze()
     }
 
+    fn check(records: &Bytes) -> Result<Movable, KeepReason> {
+        inspect(records, &mut InspectBudget::per_request())
+    }
+
+    #[test]
+    fn snappy_bomb_is_refused_before_allocating() {
+        // A raw snappy block announcing 4 GiB of output in 5 bytes.
+        let bomb = [0x80, 0x80, 0x80, 0x80, 0x0f];
+        assert_eq!(snappy(&bomb, 1024), Err(KeepReason::Uninspectable));
+        let mut framed = vec![
+            0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1,
+        ];
+        framed.extend_from_slice(&5i32.to_be_bytes());
+        framed.extend_from_slice(&bomb);
+        assert_eq!(snappy(&framed, 1024), Err(KeepReason::Uninspectable));
+    }
+
+    #[test]
+    fn the_per_request_budget_is_shared_by_its_batches() {
+        let b = batch(&[None], Compression::Gzip, -1, false);
+        let mut budget = InspectBudget { remaining: 200 };
+        assert!(inspect(&b, &mut budget).is_ok());
+        let left = budget.remaining;
+        assert!(left < 200);
+        let mut tiny = InspectBudget { remaining: 10 };
+        assert_eq!(inspect(&b, &mut tiny), Err(KeepReason::Uninspectable));
+    }
+
     #[test]
     fn keyless_batches_move_in_every_compression() {
         for c in [
@@ -278,7 +349,7 @@ pub(crate) mod tests {
             Compression::Zstd,
         ] {
             let b = batch(&[None, None, None], c, -1, false);
-            assert_eq!(inspect(&b), Ok(Movable { records: 3 }), "{c:?}");
+            assert_eq!(check(&b), Ok(Movable { records: 3 }), "{c:?}");
         }
     }
 
@@ -292,12 +363,12 @@ pub(crate) mod tests {
             Compression::Zstd,
         ] {
             assert_eq!(
-                inspect(&batch(&[None, Some("k"), None], c, -1, false)),
+                check(&batch(&[None, Some("k"), None], c, -1, false)),
                 Err(KeepReason::Keyed),
                 "{c:?}"
             );
             assert_eq!(
-                inspect(&batch(&[Some("")], c, -1, false)),
+                check(&batch(&[Some("")], c, -1, false)),
                 Err(KeepReason::Keyed),
                 "empty key is a key"
             );
@@ -307,11 +378,11 @@ pub(crate) mod tests {
     #[test]
     fn idempotent_and_transactional_batches_stay() {
         assert_eq!(
-            inspect(&batch(&[None], Compression::None, 7, false)),
+            check(&batch(&[None], Compression::None, 7, false)),
             Err(KeepReason::Idempotent)
         );
         assert_eq!(
-            inspect(&batch(&[None], Compression::None, 7, true)),
+            check(&batch(&[None], Compression::None, 7, true)),
             Err(KeepReason::Transactional)
         );
     }
@@ -321,25 +392,25 @@ pub(crate) mod tests {
         let mut both = BytesMut::new();
         both.extend_from_slice(&batch(&[None], Compression::None, -1, false));
         both.extend_from_slice(&batch(&[None, None], Compression::Lz4, -1, false));
-        assert_eq!(inspect(&both.clone().freeze()), Ok(Movable { records: 3 }));
+        assert_eq!(check(&both.clone().freeze()), Ok(Movable { records: 3 }));
         both.extend_from_slice(&batch(&[Some("k")], Compression::None, -1, false));
-        assert_eq!(inspect(&both.freeze()), Err(KeepReason::Keyed));
+        assert_eq!(check(&both.freeze()), Err(KeepReason::Keyed));
     }
 
     #[test]
     fn garbage_and_truncation_never_panic_and_never_move() {
         let good = batch(&[None], Compression::None, -1, false);
         for cut in 0..good.len() {
-            assert!(inspect(&good.slice(..cut)).is_err(), "cut at {cut}");
+            assert!(check(&good.slice(..cut)).is_err(), "cut at {cut}");
         }
         let mut corrupt = good.to_vec();
         corrupt[61..].fill(0xff);
-        assert!(inspect(&Bytes::from(corrupt)).is_err());
+        assert!(check(&Bytes::from(corrupt)).is_err());
         let mut compressed = batch(&[None], Compression::Gzip, -1, false).to_vec();
         let n = compressed.len();
         compressed[n - 8..].fill(0);
         compressed[65..70].fill(0x55);
-        assert!(inspect(&Bytes::from(compressed)).is_err());
+        assert!(check(&Bytes::from(compressed)).is_err());
     }
 
     #[test]

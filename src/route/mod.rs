@@ -80,16 +80,19 @@ impl Router {
 }
 
 /// Plans one request that arrived on a connection whose own broker is `home` (-1: bootstrap).
+/// `may_route` is false where batches must stay put whatever the policy says (see
+/// [`produce::plan`]).
 pub fn plan(
     proxy: &Proxy,
     home: i32,
+    may_route: bool,
     head: &RequestHead,
     frame: &Bytes,
 ) -> Result<Plan, Malformed> {
     match head.api() {
         Some(ApiKey::Produce) => {
             let produce = produce_head(frame, head.api_version)?;
-            Ok(produce::plan(proxy, home, head, &produce, frame))
+            Ok(produce::plan(proxy, home, may_route, head, &produce, frame))
         }
         Some(ApiKey::ApiVersions) if head.api_version > ApiVersionsResponse::VERSIONS.max => {
             // ApiVersions responses always use response header v0: just the correlation id.
@@ -128,7 +131,7 @@ mod tests {
         let p = proxy();
         for (key, version) in [(3, 12), (9999, 1), (18, 4)] {
             assert!(matches!(
-                plan(&p, 1, &head(key, version), &Bytes::new()),
+                plan(&p, 1, true, &head(key, version), &Bytes::new()),
                 Ok(Plan::Forward)
             ));
         }
@@ -136,7 +139,8 @@ mod tests {
 
     #[test]
     fn future_api_versions_request_is_answered_locally() {
-        let Ok(Plan::Answer(payload)) = plan(&proxy(), 1, &head(18, 99), &Bytes::new()) else {
+        let Ok(Plan::Answer(payload)) = plan(&proxy(), 1, true, &head(18, 99), &Bytes::new())
+        else {
             panic!("expected a local answer");
         };
         assert_eq!(&payload[..4], &9i32.to_be_bytes());
@@ -146,6 +150,6 @@ mod tests {
     #[test]
     fn truncated_produce_is_malformed() {
         let frame = Bytes::from_static(&[0, 0, 0, 9, 0, 0, 0, 9]);
-        assert!(plan(&proxy(), 1, &head(0, 9), &frame).is_err());
+        assert!(plan(&proxy(), 1, true, &head(0, 9), &frame).is_err());
     }
 }

@@ -24,13 +24,15 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::batch::{KeepReason, inspect};
+use super::batch::{InspectBudget, KeepReason, inspect};
 use super::{Merge, Part, Plan, Split};
 use crate::config::Strategy;
 use crate::protocol::header::{ProduceHead, RequestHead, split_response};
+use crate::protocol::produce::{TopicEntry, parse_produce_body};
+use crate::protocol::versions::PRODUCE_MAX_VERSION;
 use crate::proxy::Proxy;
 use crate::upstream::Reply;
 
@@ -59,19 +61,24 @@ fn unsplit(acks: i16) -> Plan {
     }
 }
 
-/// Plans a Produce request that arrived on the connection to broker `home`.
+/// Plans a Produce request that arrived on the connection to broker `home`. `may_route` is
+/// false on connections where moving batches is not allowed (e.g. SASL-authenticated ones,
+/// whose identity kroute's side connections would not carry).
 pub fn plan(
     proxy: &Proxy,
     home: i32,
+    may_route: bool,
     head: &RequestHead,
     produce: &ProduceHead,
     frame: &Bytes,
 ) -> Plan {
     let routing = &proxy.config.routing;
-    if routing.strategy == Strategy::Off
+    if !may_route
+        || routing.strategy == Strategy::Off
         || routing.include.is_empty()
         || home < 0
         || head.api_version < MIN_ROUTED_VERSION
+        || head.api_version > PRODUCE_MAX_VERSION
     {
         return unsplit(produce.acks);
     }
@@ -80,68 +87,90 @@ pub fn plan(
         kept.kept(KeepReason::Transactional).increment(1);
         return unsplit(produce.acks);
     }
-    // A body kroute cannot decode goes to the broker untouched: the broker has the last word.
-    let Ok(request) =
-        ProduceRequest::decode(&mut frame.slice(produce.body_offset..), head.api_version)
+    // A body kroute cannot read goes to the broker untouched: the broker has the last word.
+    let body = frame.slice(produce.body_offset..);
+    let Some(request) = parse_produce_body(&body, head.api_version)
+        .ok()
+        .and_then(|r| named_topics(r.topics).map(|t| (r.acks, r.timeout_ms, t)))
     else {
         kept.kept(KeepReason::Malformed).increment(1);
         return unsplit(produce.acks);
     };
+    let (acks, timeout_ms, topics) = request;
 
     let now = Instant::now();
     // destinations[i] = (node, topics for that node); index 0 is always home.
     let mut destinations: Vec<(i32, Vec<TopicProduceData>)> = vec![(home, Vec::new())];
-    let mut routes: Vec<Vec<Route>> = Vec::with_capacity(request.topic_data.len());
-    let mut any_moved = false;
+    let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
+    let mut moves: Vec<(&str, i32, u32, usize)> = Vec::new();
+    let mut budget = InspectBudget::per_request();
 
-    for topic in &request.topic_data {
-        let name = topic.name.as_str();
-        let mut topic_routes = Vec::with_capacity(topic.partition_data.len());
-        let routed = routing.routes_topic(name);
+    for (name, topic) in &topics {
+        let name_str = name.as_str();
+        let mut topic_routes = Vec::with_capacity(topic.partitions.len());
+        let routed = routing.routes_topic(name_str);
         let layout = if routed {
-            proxy.cluster.topic(name)
+            proxy.cluster.topic(name_str)
         } else {
             None
         };
         // Partitions this request already names (original or assigned): never twice.
-        let mut used: HashSet<i32> = topic.partition_data.iter().map(|p| p.index).collect();
+        let mut used: HashSet<i32> = topic.partitions.iter().map(|p| p.index).collect();
+        // The broker this request's movable batches of the topic go to, and the brokers that
+        // have no partition left free in this request.
         let mut target: Option<i32> = None;
-        for entry in &topic.partition_data {
+        let mut exhausted: Vec<i32> = Vec::new();
+        for entry in &topic.partitions {
             let verdict = match (&layout, &entry.records) {
                 _ if !routed => Err(KeepReason::Policy),
                 (None, _) => Err(KeepReason::UnknownTopic),
                 (_, None) => Err(KeepReason::Malformed),
-                (Some(layout), Some(records)) => inspect(records).and_then(|movable| {
-                    let broker = *target.get_or_insert_with(|| {
-                        proxy
-                            .router
-                            .strict_cost
-                            .pick(name, layout.leaders(), &proxy.router.scores, now)
-                            .unwrap_or(home)
-                    });
-                    if layout.leader_of(entry.index) == Some(broker) {
-                        return Err(KeepReason::Home);
-                    }
-                    let free: Vec<i32> = layout
-                        .led_by(broker)
-                        .filter(|p| !used.contains(p))
-                        .collect();
-                    if free.is_empty() {
-                        return Err(KeepReason::NoPartition);
-                    }
-                    let partition =
-                        free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
-                    used.insert(partition);
-                    Ok((broker, partition, movable.records))
-                }),
+                (Some(layout), Some(records)) => {
+                    inspect(records, &mut budget).and_then(|movable| {
+                        loop {
+                            let broker = match target {
+                                Some(b) => b,
+                                None => {
+                                    let router = &proxy.router;
+                                    let leaders = layout.leaders();
+                                    let b = router
+                                        .strict_cost
+                                        .pick_excluding(
+                                            name_str,
+                                            leaders,
+                                            &exhausted,
+                                            &router.scores,
+                                            now,
+                                        )
+                                        .ok_or(KeepReason::NoPartition)?;
+                                    *target.insert(b)
+                                }
+                            };
+                            if layout.leader_of(entry.index) == Some(broker) {
+                                return Err(KeepReason::Home);
+                            }
+                            let free: Vec<i32> = layout
+                                .led_by(broker)
+                                .filter(|p| !used.contains(p))
+                                .collect();
+                            if free.is_empty() {
+                                // Overflow: the rest of this request's batches go to the next broker.
+                                exhausted.push(broker);
+                                target = None;
+                                continue;
+                            }
+                            let partition =
+                                free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
+                            used.insert(partition);
+                            return Ok((broker, partition, movable.records));
+                        }
+                    })
+                }
             };
             let (node, partition, moved) = match verdict {
                 Ok((broker, partition, records)) => {
                     let bytes = entry.records.as_ref().map_or(0, |r| r.len());
-                    proxy
-                        .metrics
-                        .routing
-                        .moved(name, home, broker, records, bytes);
+                    moves.push((name_str, broker, records, bytes));
                     (broker, partition, true)
                 }
                 Err(reason) => {
@@ -149,13 +178,12 @@ pub fn plan(
                     (home, entry.index, false)
                 }
             };
-            any_moved |= moved;
             let part = destination(&mut destinations, node);
-            let topics = &mut destinations[part].1;
-            if topics.last().is_none_or(|t| t.name != topic.name) {
-                topics.push(TopicProduceData::default().with_name(topic.name.clone()));
+            let topic_data = &mut destinations[part].1;
+            if topic_data.last().is_none_or(|t| t.name != *name) {
+                topic_data.push(TopicProduceData::default().with_name(name.clone()));
             }
-            if let Some(t) = topics.last_mut() {
+            if let Some(t) = topic_data.last_mut() {
                 t.partition_data.push(
                     PartitionProduceData::default()
                         .with_index(partition)
@@ -170,7 +198,7 @@ pub fn plan(
         }
         routes.push(topic_routes);
     }
-    if !any_moved {
+    if moves.is_empty() {
         // Nothing moves: the original bytes go where the client sent them.
         return unsplit(produce.acks);
     }
@@ -186,9 +214,8 @@ pub fn plan(
             continue;
         }
         let body = ProduceRequest::default()
-            .with_transactional_id(request.transactional_id.clone())
-            .with_acks(request.acks)
-            .with_timeout_ms(request.timeout_ms)
+            .with_acks(acks)
+            .with_timeout_ms(timeout_ms)
             .with_topic_data(topic_data);
         match encode_part(&header, &body, head.api_version) {
             Some(frame) => parts.push(Part { node_id, frame }),
@@ -198,20 +225,37 @@ pub fn plan(
             }
         }
     }
+    for (topic, to, records, bytes) in moves {
+        proxy.metrics.routing.moved(topic, home, to, records, bytes);
+    }
     let merge = (produce.acks != 0).then(|| {
         Box::new(ProduceMerge {
             version: head.api_version,
             correlation_id: head.correlation_id,
-            topics: request.topic_data.iter().map(|t| t.name.clone()).collect(),
-            original: request
-                .topic_data
+            original: topics
                 .iter()
-                .map(|t| t.partition_data.iter().map(|p| p.index).collect())
+                .map(|(_, t)| t.partitions.iter().map(|p| p.index).collect())
                 .collect(),
+            topics: topics.into_iter().map(|(name, _)| name).collect(),
             routes,
         }) as Box<dyn Merge>
     });
     Plan::Split(Split { parts, merge })
+}
+
+/// Topic entries with their names as Kafka topic names; None if a name is not UTF-8 or a
+/// topic appears twice (kroute then leaves the request alone rather than reason about it).
+fn named_topics(topics: Vec<TopicEntry>) -> Option<Vec<(TopicName, TopicEntry)>> {
+    let mut seen = HashSet::new();
+    let mut named = Vec::with_capacity(topics.len());
+    for t in topics {
+        let name = StrBytes::from_utf8(t.name.clone()).ok()?;
+        if !seen.insert(name.clone()) {
+            return None;
+        }
+        named.push((TopicName(name), t));
+    }
+    Some(named)
 }
 
 fn destination(destinations: &mut Vec<(i32, Vec<TopicProduceData>)>, node: i32) -> usize {
@@ -234,7 +278,7 @@ fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -> Option<By
 struct ProduceMerge {
     version: i16,
     correlation_id: i32,
-    topics: Vec<kafka_protocol::messages::TopicName>,
+    topics: Vec<TopicName>,
     original: Vec<Vec<i32>>,
     routes: Vec<Vec<Route>>,
 }

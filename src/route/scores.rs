@@ -8,7 +8,6 @@
 //! gets no cost of its own (the strategy gives it a neutral one) and so still receives probe
 //! traffic. Everything here takes the current time as an argument so it can be tested exactly.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,13 +38,22 @@ struct Ewma {
     at: Instant,
 }
 
+/// What is known of one broker, kept together so readers never see half an update.
+#[derive(Debug, Default)]
+struct State {
+    estimate: Option<Ewma>,
+    in_flight: u64,
+    /// Sum of the send times (µs since `epoch`) of the requests in flight.
+    sent_sum_micros: u64,
+    /// Until when the broker is treated as unreachable (a connect failed or a connection died
+    /// with requests in flight).
+    unavailable_until: Option<Instant>,
+}
+
 /// The score of one broker.
 pub struct BrokerScore {
     epoch: Instant,
-    estimate: Mutex<Option<Ewma>>,
-    in_flight: AtomicU64,
-    /// Sum of the send times (µs since `epoch`) of the requests in flight.
-    sent_sum_micros: AtomicU64,
+    state: Mutex<State>,
     latency_gauge: Gauge,
     cost_gauge: Gauge,
 }
@@ -54,12 +62,14 @@ impl BrokerScore {
     fn new(epoch: Instant, node: i32) -> Self {
         Self {
             epoch,
-            estimate: Mutex::new(None),
-            in_flight: AtomicU64::new(0),
-            sent_sum_micros: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
             latency_gauge: gauge!("kroute_broker_latency_seconds", "broker" => node.to_string()),
             cost_gauge: gauge!("kroute_broker_cost_seconds", "broker" => node.to_string()),
         }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn micros(&self, t: Instant) -> u64 {
@@ -68,24 +78,40 @@ impl BrokerScore {
 
     /// A Produce request left for this broker at `at`.
     pub fn sent(&self, at: Instant) {
-        self.sent_sum_micros
-            .fetch_add(self.micros(at), Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let micros = self.micros(at);
+        let mut s = self.state();
+        s.sent_sum_micros += micros;
+        s.in_flight += 1;
     }
 
     /// The request sent at `sent` will never be answered (its connection ended).
     pub fn abandoned(&self, sent: Instant) {
-        self.sent_sum_micros
-            .fetch_sub(self.micros(sent), Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let micros = self.micros(sent);
+        let mut s = self.state();
+        s.sent_sum_micros = s.sent_sum_micros.saturating_sub(micros);
+        s.in_flight = s.in_flight.saturating_sub(1);
+    }
+
+    /// The broker could not be reached: keep batches away from it for `cooldown`.
+    pub fn unavailable(&self, now: Instant, cooldown: Duration) {
+        self.state().unavailable_until = Some(now + cooldown);
+    }
+
+    /// Whether batches may be sent here now.
+    pub fn is_available(&self, now: Instant) -> bool {
+        self.state()
+            .unavailable_until
+            .is_none_or(|until| now >= until)
     }
 
     /// The request sent at `sent` was answered at `now`.
     pub fn answered(&self, sent: Instant, now: Instant, config: &ScoreConfig) {
-        self.abandoned(sent);
+        let sent_micros = self.micros(sent);
         let rtt = now.saturating_duration_since(sent).as_secs_f64() * 1e6;
-        let mut estimate = self.estimate.lock().unwrap_or_else(|e| e.into_inner());
-        let next = match *estimate {
+        let mut s = self.state();
+        s.sent_sum_micros = s.sent_sum_micros.saturating_sub(sent_micros);
+        s.in_flight = s.in_flight.saturating_sub(1);
+        let next = match s.estimate {
             Some(prev) if rtt < prev.micros => {
                 let dt = now.saturating_duration_since(prev.at).as_secs_f64();
                 let keep = (-dt / config.decay.as_secs_f64()).exp();
@@ -94,29 +120,32 @@ impl BrokerScore {
             // First sample, or a new peak: take it at once.
             _ => rtt,
         };
-        *estimate = Some(Ewma {
+        s.estimate = Some(Ewma {
             micros: next,
             at: now,
         });
+        drop(s);
         self.latency_gauge.set(next / 1e6);
     }
 
     /// The cost (µs) of sending to this broker now, or None without recent evidence.
     pub fn cost(&self, now: Instant, config: &ScoreConfig) -> Option<f64> {
-        let estimate = *self.estimate.lock().unwrap_or_else(|e| e.into_inner());
-        let recent = estimate
+        let now_micros = self.micros(now);
+        let s = self.state();
+        let recent = s
+            .estimate
             .filter(|e| now.saturating_duration_since(e.at) <= config.stale_after)
             .map(|e| e.micros);
-        let in_flight = self.in_flight.load(Ordering::Relaxed);
-        let stalled = (in_flight > 0).then(|| {
-            let mean_sent = self.sent_sum_micros.load(Ordering::Relaxed) / in_flight;
-            self.micros(now).saturating_sub(mean_sent) as f64
+        let stalled = (s.in_flight > 0).then(|| {
+            let mean_sent = s.sent_sum_micros / s.in_flight;
+            now_micros.saturating_sub(mean_sent) as f64
         });
+        drop(s);
         let cost = match (recent, stalled) {
-            (Some(r), Some(s)) => Some(r.max(s)),
+            (Some(r), Some(st)) => Some(r.max(st)),
             (Some(r), None) => Some(r),
             // In flight but no recent answers: only evidence once it is worse than usual.
-            (None, Some(s)) if s > config.stale_after.as_secs_f64() * 1e6 / 10.0 => Some(s),
+            (None, Some(st)) if st > config.stale_after.as_secs_f64() * 1e6 / 10.0 => Some(st),
             _ => None,
         };
         self.cost_gauge.set(cost.unwrap_or(0.0) / 1e6);
@@ -148,6 +177,20 @@ impl Scores {
             .entry(node_id)
             .or_insert_with(|| Arc::new(BrokerScore::new(self.epoch, node_id)))
             .clone()
+    }
+
+    /// The brokers of `nodes` that batches may be sent to now.
+    pub fn available(&self, nodes: &[i32], now: Instant) -> Vec<i32> {
+        nodes
+            .iter()
+            .copied()
+            .filter(|n| self.broker(*n).is_available(now))
+            .collect()
+    }
+
+    /// Marks `node` unreachable for the stale period.
+    pub fn unreachable(&self, node: i32, now: Instant) {
+        self.broker(node).unavailable(now, self.config.stale_after);
     }
 
     /// Costs of `nodes` at `now` (None = no recent evidence).
@@ -221,6 +264,16 @@ mod tests {
         s.abandoned(t);
         s.abandoned(t + ms(50));
         assert!(s.cost(later, &cfg).unwrap() < 3000.0);
+    }
+
+    #[test]
+    fn unreachable_brokers_cool_down() {
+        let t0 = Instant::now();
+        let s = BrokerScore::new(t0, 1);
+        assert!(s.is_available(t0));
+        s.unavailable(t0, ms(3000));
+        assert!(!s.is_available(t0 + ms(2999)));
+        assert!(s.is_available(t0 + ms(3000)));
     }
 
     #[test]

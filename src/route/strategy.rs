@@ -37,6 +37,23 @@ struct Rotation {
 }
 
 impl Rotation {
+    /// The next broker not in `exclude`; every broker still takes its turns, so the shares of
+    /// the others are those of the weights.
+    fn next_excluding(&mut self, exclude: &[i32]) -> Option<i32> {
+        if self.nodes.iter().all(|n| exclude.contains(n)) {
+            return None;
+        }
+        // Each broker comes up at least once per `nodes.len()` rounds of smooth WRR... for
+        // positive weights; bound the search anyway.
+        for _ in 0..(self.nodes.len() * 64) {
+            let node = self.next()?;
+            if !exclude.contains(&node) {
+                return Some(node);
+            }
+        }
+        None
+    }
+
     fn next(&mut self) -> Option<i32> {
         let total: f64 = self.weights.iter().sum();
         let mut best: Option<usize> = None;
@@ -69,6 +86,25 @@ impl StrictCost {
     /// The broker that the next movable batches of `topic` should go to. `leaders` are the
     /// brokers that lead at least one partition of it, ascending.
     pub fn pick(&self, topic: &str, leaders: &[i32], scores: &Scores, now: Instant) -> Option<i32> {
+        self.pick_excluding(topic, leaders, &[], scores, now)
+    }
+
+    /// Like [`Self::pick`], skipping the brokers in `exclude` (e.g. those with no partition left
+    /// free in this request) without disturbing the rotation's shares among the others.
+    pub fn pick_excluding(
+        &self,
+        topic: &str,
+        leaders: &[i32],
+        exclude: &[i32],
+        scores: &Scores,
+        now: Instant,
+    ) -> Option<i32> {
+        if leaders.iter().all(|l| exclude.contains(l)) {
+            return None;
+        }
+        // Brokers kroute just failed to reach are left out until their cool-down ends.
+        let available = scores.available(leaders, now);
+        let leaders = available.as_slice();
         if leaders.is_empty() {
             return None;
         }
@@ -86,14 +122,14 @@ impl StrictCost {
                 r.weights = weights(&scores.costs(leaders, now));
                 r.refreshed = now;
             }
-            return r.next();
+            return r.next_excluding(exclude);
         }
         let entry = self
             .topics
             .entry(topic.to_string())
             .or_insert_with(|| Mutex::new(fresh()));
         let mut r = entry.lock().unwrap_or_else(|e| e.into_inner());
-        r.next()
+        r.next_excluding(exclude)
     }
 }
 
@@ -209,5 +245,16 @@ mod tests {
             Some(true)
         );
         assert_eq!(s.pick("t", &[], &scores, later), None);
+        // An unreachable broker gets nothing until its cool-down ends.
+        scores.unreachable(3, later);
+        assert!((0..20).all(|_| s.pick("t", &[1, 3], &scores, later) == Some(1)));
+        // Excluded brokers are skipped; all excluded: none.
+        assert!(
+            (0..20).all(|_| s.pick_excluding("t", &[1, 2, 3], &[1], &scores, later) == Some(2))
+        );
+        assert_eq!(
+            s.pick_excluding("t", &[1, 2], &[1, 2], &scores, later),
+            None
+        );
     }
 }

@@ -127,7 +127,7 @@ fn keyless_batches_leave_a_slow_broker() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyless()), ("t", 1, keyless())], -1, None);
-    let s = split(plan(&p, 1, &head, &produce, &frame));
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
     assert_eq!(s.parts.len(), 1, "everything moved to one fast broker");
     let part = &s.parts[0];
     assert!(part.node_id == 2 || part.node_id == 3);
@@ -167,14 +167,14 @@ fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
     ] {
         let (head, produce, frame) = request(&entries, -1, None);
         assert!(matches!(
-            plan(&p, 1, &head, &produce, &frame),
+            plan(&p, 1, true, &head, &produce, &frame),
             Plan::Forward
         ));
     }
     let txn = batch(&[None], Compression::None, 5, true);
     let (head, produce, frame) = request(&[("t", 0, txn)], -1, Some("tx"));
     assert!(matches!(
-        plan(&p, 1, &head, &produce, &frame),
+        plan(&p, 1, true, &head, &produce, &frame),
         Plan::Forward
     ));
     // Strategy off: nothing moves.
@@ -182,7 +182,7 @@ fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
     slow_broker(&off, 1);
     let (head, produce, frame) = request(&[("t", 0, keyless())], -1, None);
     assert!(matches!(
-        plan(&off, 1, &head, &produce, &frame),
+        plan(&off, 1, true, &head, &produce, &frame),
         Plan::Forward
     ));
 }
@@ -192,7 +192,7 @@ fn mixed_request_splits_and_merges_back_into_client_partitions() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
-    let s = split(plan(&p, 1, &head, &produce, &frame));
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
     assert_eq!(s.parts.len(), 2);
     assert_eq!(s.parts[0].node_id, 1, "home part first");
     assert_eq!(
@@ -247,7 +247,7 @@ fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
-    let s = split(plan(&p, 1, &head, &produce, &frame));
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
     let ok = {
         let resp = ProduceResponse::default().with_responses(vec![
             TopicProduceResponse::default()
@@ -275,11 +275,30 @@ fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
 }
 
 #[test]
+fn a_topic_named_twice_is_left_alone() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(
+        &[
+            ("t", 0, keyless()),
+            ("t2", 0, keyless()),
+            ("t", 1, keyless()),
+        ],
+        -1,
+        None,
+    );
+    assert!(matches!(
+        plan(&p, 1, true, &head, &produce, &frame),
+        Plan::Forward
+    ));
+}
+
+#[test]
 fn acks_zero_splits_without_a_merge() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyless())], 0, None);
-    let s = split(plan(&p, 1, &head, &produce, &frame));
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
     assert!(s.merge.is_none());
     assert_eq!(s.parts.len(), 1);
     assert_ne!(s.parts[0].node_id, 1);
@@ -294,11 +313,52 @@ fn a_batch_already_on_the_chosen_broker_stays() {
     let mut stayed = 0;
     for _ in 0..10 {
         let (head, produce, frame) = request(&[("t", 0, keyless())], -1, None);
-        match plan(&p, 1, &head, &produce, &frame) {
+        match plan(&p, 1, true, &head, &produce, &frame) {
             Plan::Forward => stayed += 1,
             Plan::Split(s) => assert!(s.parts.iter().all(|part| part.node_id != 2 || stayed > 100)),
             _ => panic!("unexpected plan"),
         }
     }
     assert!(stayed > 0 && stayed < 10, "stayed {stayed} of 10");
+}
+
+#[test]
+fn batches_overflow_to_the_next_broker_when_partitions_run_out() {
+    let p = proxy("strict-cost");
+    // Broker 3 leads one partition of "tx", broker 2 two; broker 1 (slow) three.
+    p.cluster.observe_topics(vec![(
+        "tx".into(),
+        Some(TopicLayout::new([
+            (0, 1),
+            (1, 1),
+            (2, 1),
+            (3, 3),
+            (4, 2),
+            (5, 2),
+        ])),
+    )]);
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(
+        &[
+            ("tx", 0, keyless()),
+            ("tx", 1, keyless()),
+            ("tx", 2, keyless()),
+        ],
+        -1,
+        None,
+    );
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let mut targets: Vec<i32> = s
+        .parts
+        .iter()
+        .flat_map(|part| entries(&part.frame))
+        .map(|e| e.1)
+        .collect();
+    targets.sort_unstable();
+    assert_eq!(
+        targets,
+        vec![3, 4, 5],
+        "every batch left the slow broker, to distinct free partitions"
+    );
+    assert!(s.parts.iter().all(|part| part.node_id != 1));
 }
