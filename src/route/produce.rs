@@ -146,7 +146,9 @@ pub fn plan(
                                     *target.insert(b)
                                 }
                             };
+                            let strategy = &proxy.router.strict_cost;
                             if layout.leader_of(entry.index) == Some(broker) {
+                                strategy.charge(name_str, broker, records.len());
                                 return Err(KeepReason::Home);
                             }
                             let free: Vec<i32> = layout
@@ -162,6 +164,7 @@ pub fn plan(
                             let partition =
                                 free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
                             used.insert(partition);
+                            strategy.charge(name_str, broker, records.len());
                             return Ok((broker, partition, movable.records));
                         }
                     })

@@ -2,9 +2,15 @@
 //!
 //! `strict-cost` is Astraea's StrictCostDispatcher rule, moved into the proxy: each broker's
 //! weight is `max_cost - cost + shift` (linear in its gap to the slowest broker; `shift` is the
-//! smallest cost, so the slowest broker keeps a small share and is still probed), and brokers
-//! are taken in smooth weighted round-robin (nginx style), so shares follow the weights closely
-//! even over a few picks. Weights are recomputed from the live scores once per lease.
+//! smallest cost, so the slowest broker keeps a small share and is still probed). Weights are
+//! recomputed from the live scores once per lease.
+//!
+//! Brokers take turns in smooth weighted round-robin counted in *bytes*: every byte sent earns
+//! each broker credit in proportion to its weight and costs the broker it went to one unit, and
+//! the next pick is the broker with the most credit. Requests differ a lot in size (a client's
+//! request to a broker that leads 22 partitions carries far more than one to a broker leading
+//! 4), so counting picks would follow request counts, not traffic; counting bytes makes each
+//! broker's share of the traffic follow its weight.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,45 +33,66 @@ pub fn weights(costs: &[Option<f64>]) -> Vec<f64> {
     costs.iter().map(|c| max - c + shift).collect()
 }
 
-/// Smooth weighted round-robin state over one set of brokers.
+/// Byte-counted smooth weighted round-robin state over one set of brokers.
 #[derive(Debug)]
 struct Rotation {
     nodes: Vec<i32>,
     weights: Vec<f64>,
-    current: Vec<f64>,
+    /// Credit in bytes: positive means the broker is owed traffic.
+    credit: Vec<f64>,
+    /// A typical charge (moving average): the credit handed out per choice.
+    typical: f64,
     refreshed: Instant,
 }
 
 impl Rotation {
-    /// The next broker not in `exclude`; every broker still takes its turns, so the shares of
-    /// the others are those of the weights.
-    fn next_excluding(&mut self, exclude: &[i32]) -> Option<i32> {
-        if self.nodes.iter().all(|n| exclude.contains(n)) {
-            return None;
+    fn new(nodes: &[i32], weights: Vec<f64>, now: Instant) -> Self {
+        Self {
+            nodes: nodes.to_vec(),
+            credit: vec![0.0; nodes.len()],
+            typical: 0.0,
+            weights,
+            refreshed: now,
         }
-        // Each broker comes up at least once per `nodes.len()` rounds of smooth WRR... for
-        // positive weights; bound the search anyway.
-        for _ in 0..(self.nodes.len() * 64) {
-            let node = self.next()?;
-            if !exclude.contains(&node) {
-                return Some(node);
-            }
-        }
-        None
     }
 
-    fn next(&mut self) -> Option<i32> {
+    /// The broker owed the most traffic once the next batch's worth of credit is handed out
+    /// (as smooth WRR adds the weights before choosing, so ties go to the heavier broker),
+    /// leaving out `exclude`.
+    fn choose(&self, exclude: &[i32]) -> Option<i32> {
         let total: f64 = self.weights.iter().sum();
+        // Before any charge, any positive amount makes ties go to the heavier broker.
+        let handout = self.typical.max(1.0);
+        let ahead = |i: usize| self.credit[i] + self.weights[i] / total * handout;
         let mut best: Option<usize> = None;
-        for (i, w) in self.weights.iter().enumerate() {
-            self.current[i] += w;
-            if best.is_none_or(|b| self.current[i] > self.current[b]) {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if exclude.contains(node) {
+                continue;
+            }
+            if best.is_none_or(|b| ahead(i) > ahead(b)) {
                 best = Some(i);
             }
         }
-        let best = best?;
-        self.current[best] -= total;
-        Some(self.nodes[best])
+        best.map(|i| self.nodes[i])
+    }
+
+    /// Accounts `bytes` sent to `node`.
+    fn charge(&mut self, node: i32, bytes: f64) {
+        let total: f64 = self.weights.iter().sum();
+        if total <= 0.0 {
+            return;
+        }
+        self.typical = if self.typical == 0.0 {
+            bytes
+        } else {
+            0.9 * self.typical + 0.1 * bytes
+        };
+        for (i, w) in self.weights.iter().enumerate() {
+            self.credit[i] += w / total * bytes;
+            if self.nodes[i] == node {
+                self.credit[i] -= bytes;
+            }
+        }
     }
 }
 
@@ -89,8 +116,8 @@ impl StrictCost {
         self.pick_excluding(topic, leaders, &[], scores, now)
     }
 
-    /// Like [`Self::pick`], skipping the brokers in `exclude` (e.g. those with no partition left
-    /// free in this request) without disturbing the rotation's shares among the others.
+    /// Like [`Self::pick`], leaving out the brokers in `exclude` (e.g. those with no partition
+    /// left free in this request).
     pub fn pick_excluding(
         &self,
         topic: &str,
@@ -99,37 +126,37 @@ impl StrictCost {
         scores: &Scores,
         now: Instant,
     ) -> Option<i32> {
-        if leaders.iter().all(|l| exclude.contains(l)) {
-            return None;
-        }
         // Brokers kroute just failed to reach are left out until their cool-down ends.
         let available = scores.available(leaders, now);
         let leaders = available.as_slice();
-        if leaders.is_empty() {
+        if leaders.iter().all(|l| exclude.contains(l)) {
             return None;
         }
-        let fresh = || Rotation {
-            nodes: leaders.to_vec(),
-            weights: weights(&scores.costs(leaders, now)),
-            current: vec![0.0; leaders.len()],
-            refreshed: now,
-        };
-        if let Some(entry) = self.topics.get(topic) {
-            let mut r = entry.lock().unwrap_or_else(|e| e.into_inner());
-            if r.nodes != leaders {
-                *r = fresh();
-            } else if now.saturating_duration_since(r.refreshed) >= self.lease {
-                r.weights = weights(&scores.costs(leaders, now));
-                r.refreshed = now;
-            }
-            return r.next_excluding(exclude);
-        }
-        let entry = self
-            .topics
-            .entry(topic.to_string())
-            .or_insert_with(|| Mutex::new(fresh()));
+        let entry = self.topics.entry(topic.to_string()).or_insert_with(|| {
+            Mutex::new(Rotation::new(
+                leaders,
+                weights(&scores.costs(leaders, now)),
+                now,
+            ))
+        });
         let mut r = entry.lock().unwrap_or_else(|e| e.into_inner());
-        r.next_excluding(exclude)
+        if r.nodes != leaders {
+            *r = Rotation::new(leaders, weights(&scores.costs(leaders, now)), now);
+        } else if now.saturating_duration_since(r.refreshed) >= self.lease {
+            r.weights = weights(&scores.costs(leaders, now));
+            r.refreshed = now;
+        }
+        r.choose(exclude)
+    }
+
+    /// Records that `bytes` of `topic` went to `node`, so later picks make up the difference.
+    pub fn charge(&self, topic: &str, node: i32, bytes: usize) {
+        if let Some(entry) = self.topics.get(topic) {
+            entry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .charge(node, bytes as f64);
+        }
     }
 }
 
@@ -156,51 +183,68 @@ mod tests {
         assert_eq!(weights(&[Some(2.0), None, Some(6.0)]), vec![6.0, 4.0, 2.0]);
     }
 
-    #[test]
-    fn smooth_round_robin_matches_weights_and_interleaves() {
-        let mut r = Rotation {
-            nodes: vec![1, 2, 3],
-            weights: vec![5.0, 1.0, 1.0],
-            current: vec![0.0; 3],
-            refreshed: Instant::now(),
-        };
-        let picks: Vec<i32> = (0..7).map(|_| r.next().unwrap()).collect();
-        assert_eq!(picks.iter().filter(|n| **n == 1).count(), 5);
-        assert_eq!(picks, vec![1, 1, 2, 1, 3, 1, 1], "nginx's smooth sequence");
+    /// Picks and charges `sizes` in turn; returns bytes per node 1..=3.
+    fn run(r: &mut Rotation, sizes: impl Iterator<Item = f64>) -> [f64; 3] {
+        let mut got = [0.0; 3];
+        for size in sizes {
+            let node = r.choose(&[]).unwrap();
+            r.charge(node, size);
+            got[(node - 1) as usize] += size;
+        }
+        got
     }
 
     #[test]
-    fn shares_converge_to_weights_for_any_costs() {
+    fn rotation_interleaves_by_weight() {
+        let mut r = Rotation::new(&[1, 2, 3], vec![5.0, 1.0, 1.0], Instant::now());
+        let picks: Vec<i32> = (0..7)
+            .map(|_| {
+                let n = r.choose(&[]).unwrap();
+                r.charge(n, 1.0);
+                n
+            })
+            .collect();
+        assert_eq!(picks.iter().filter(|n| **n == 1).count(), 5);
+        assert_eq!(
+            picks,
+            vec![1, 1, 2, 1, 3, 1, 1],
+            "nginx's smooth sequence, counted in bytes"
+        );
+        assert!(r.choose(&[1]).is_some_and(|n| n != 1), "exclusion skips");
+        assert_eq!(r.choose(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn byte_shares_converge_to_weights_whatever_the_request_sizes() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..100 {
+        let mut rand = move || {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let costs: Vec<Option<f64>> = (0..3)
-                .map(|i| Some(1.0 + ((seed >> (i * 16)) % 1000) as f64))
-                .collect();
+            seed >> 33
+        };
+        for _ in 0..100 {
+            let costs: Vec<Option<f64>> =
+                (0..3).map(|_| Some(1.0 + (rand() % 1000) as f64)).collect();
             let w = weights(&costs);
-            let mut r = Rotation {
-                nodes: vec![1, 2, 3],
-                weights: w.clone(),
-                current: vec![0.0; 3],
-                refreshed: Instant::now(),
-            };
-            let n = 3000;
-            let mut counts = [0usize; 3];
-            for _ in 0..n {
-                counts[(r.next().unwrap() - 1) as usize] += 1;
-            }
-            let total: f64 = w.iter().sum();
+            let mut r = Rotation::new(&[1, 2, 3], w.clone(), Instant::now());
+            // Request sizes from 1 KiB to 1 MiB, the skew a proxy sees.
+            let sizes: Vec<f64> = (0..3000)
+                .map(|_| (1024 + rand() % (1024 * 1024)) as f64)
+                .collect();
+            let total: f64 = sizes.iter().sum();
+            let got = run(&mut r, sizes.into_iter());
+            let wsum: f64 = w.iter().sum();
             for i in 0..3 {
-                let expected = n as f64 * w[i] / total;
+                let expected = total * w[i] / wsum;
+                // Off by at most about two of the largest requests.
                 assert!(
-                    (counts[i] as f64 - expected).abs() <= 2.0,
-                    "{counts:?} vs weights {w:?}"
+                    (got[i] - expected).abs() <= 2.5 * 1024.0 * 1024.0,
+                    "{got:?} vs weights {w:?}"
                 );
             }
             // The slowest broker still gets probe traffic.
-            assert!(counts.iter().all(|c| *c > 0));
+            assert!(got.iter().all(|g| *g > 0.0));
         }
     }
 
@@ -209,9 +253,12 @@ mod tests {
         let scores = Scores::new(ScoreConfig::default());
         let s = StrictCost::new(Duration::from_millis(100));
         let now = Instant::now();
-        let picks: Vec<i32> = (0..6)
-            .map(|_| s.pick("t", &[1, 2, 3], &scores, now).unwrap())
-            .collect();
+        let pick = |t| {
+            let n = s.pick("t", &[1, 2, 3], &scores, t).unwrap();
+            s.charge("t", n, 1000);
+            n
+        };
+        let picks: Vec<i32> = (0..6).map(|_| pick(now)).collect();
         assert_eq!(
             picks.iter().filter(|n| **n == 2).count(),
             2,
@@ -231,9 +278,7 @@ mod tests {
             slow.answered(t, t + Duration::from_millis(40), &scores.config);
         }
         let later = now + Duration::from_millis(200);
-        let picks: Vec<i32> = (0..78)
-            .map(|_| s.pick("t", &[1, 2, 3], &scores, later).unwrap())
-            .collect();
+        let picks: Vec<i32> = (0..78).map(|_| pick(later)).collect();
         let to_slow = picks.iter().filter(|n| **n == 2).count();
         assert!(
             (1..=4).contains(&to_slow),
@@ -247,7 +292,11 @@ mod tests {
         assert_eq!(s.pick("t", &[], &scores, later), None);
         // An unreachable broker gets nothing until its cool-down ends.
         scores.unreachable(3, later);
-        assert!((0..20).all(|_| s.pick("t", &[1, 3], &scores, later) == Some(1)));
+        assert!((0..20).all(|_| {
+            let n = s.pick("t", &[1, 3], &scores, later);
+            s.charge("t", 1, 1000);
+            n == Some(1)
+        }));
         // Excluded brokers are skipped; all excluded: none.
         assert!(
             (0..20).all(|_| s.pick_excluding("t", &[1, 2, 3], &[1], &scores, later) == Some(2))
