@@ -371,14 +371,9 @@ cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 # ---------------------------------------------------------------------------------------------
 # report
 
-# the command line as run, with the BENCH_* / KROUTE_BIN settings that were given
-cmd="bench/passthrough.sh"
-for v in $(compgen -e | grep -E '^(BENCH_|KROUTE_BIN$)' | sort); do cmd="$v=${!v} $cmd"; done
-
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || commit="$commit + uncommitted changes"
-[ "$BUILD" = 1 ] || commit="$commit (not rebuilt: $KROUTE_BIN of $(date -u -r "$KROUTE_BIN" '+%Y-%m-%d %H:%M UTC'))"
-cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+# shellcheck source=bench/common.sh
+source bench/common.sh
+bench_identity bench/passthrough.sh
 BENCH_META=$(cat <<EOF
 date=$(date -u '+%Y-%m-%d %H:%M UTC')
 command=$cmd

@@ -20,6 +20,8 @@ import re
 import statistics
 import subprocess
 import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import replace_section  # noqa: E402
 
 CASES = ["direct-default", "direct-noadaptive", "kroute-strict", "kroute-off"]
 BASE = "direct-default"
@@ -547,18 +549,7 @@ def report(rows, chart_path, docs_path):
 
 
 def write_docs(path, text):
-    section = f"{START}\n{text}\n{END}\n"
-    doc = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n"
-    if START in doc and END in doc:
-        head, rest = doc.split(START, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        doc = head + section + (("\n" + tail) if tail else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Routing results\n\n" + section
-    with open(path + ".tmp", "w") as f:
-        f.write(doc)
-    os.replace(path + ".tmp", path)
-
+    replace_section(path, START, END, text, "## Routing results")
 
 META = {}
 

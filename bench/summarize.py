@@ -13,6 +13,8 @@ import csv
 import os
 import statistics
 import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import replace_section  # noqa: E402
 
 CASES = ["direct", "kroute", "relay"]
 START = "<!-- bench/passthrough.sh results: start (generated, replaced on every run) -->"
@@ -204,22 +206,7 @@ def report(rows):
 
 
 def write_docs(path, text):
-    section = f"{START}\n{text}\n{END}\n"
-    if os.path.exists(path):
-        doc = open(path).read()
-    else:
-        doc = "# Benchmarks\n\n"
-    if START in doc and END in doc:
-        head, rest = doc.split(START, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        doc = head + section + (("\n" + tail) if tail else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Results\n\n" + section
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        f.write(doc)
-    os.replace(path + ".tmp", path)
-
+    replace_section(path, START, END, text, "## Results")
 
 META = {}
 

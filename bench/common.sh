@@ -1,0 +1,16 @@
+# Sourced by the benchmark scripts: what identifies a run in its report.
+#
+# bench_identity SCRIPT sets:
+#   cmd        the command line as run, with the BENCH_* / KROUTE_BIN settings that were given
+#   commit     kroute's git commit, marked if src/ differs or the binary was not rebuilt
+#   cpu_model  the CPU, from /proc/cpuinfo
+# It reads $BUILD (1 if the script built kroute) and $KROUTE_BIN.
+bench_identity() {
+  cmd=$1
+  local v
+  for v in $(compgen -e | grep -E '^(BENCH_|KROUTE_BIN$)' | sort); do cmd="$v=\"${!v}\" $cmd"; done
+  commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || commit="$commit + uncommitted changes"
+  [ "$BUILD" = 1 ] || commit="$commit (not rebuilt: $KROUTE_BIN of $(date -u -r "$KROUTE_BIN" '+%Y-%m-%d %H:%M UTC'))"
+  cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+}
