@@ -14,3 +14,18 @@ bench_identity() {
   [ "$BUILD" = 1 ] || commit="$commit (not rebuilt: $KROUTE_BIN of $(date -u -r "$KROUTE_BIN" '+%Y-%m-%d %H:%M UTC'))"
   cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 }
+
+# bench_machine_meta prints the key=value lines every report starts with (after bench_identity).
+bench_machine_meta() {
+  cat <<EOF
+date=$(date -u '+%Y-%m-%d %H:%M UTC')
+command=$cmd
+nproc=$(nproc)
+cpu=${cpu_model:-unknown}
+mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
+kernel=$(uname -r)
+kroute=$commit
+kafka=${KROUTE_KAFKA_VERSION:-4.1.2}
+java=$(java -version 2>&1 | head -n 1)
+EOF
+}

@@ -375,15 +375,7 @@ cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 source bench/common.sh
 bench_identity bench/passthrough.sh
 BENCH_META=$(cat <<EOF
-date=$(date -u '+%Y-%m-%d %H:%M UTC')
-command=$cmd
-nproc=$(nproc)
-cpu=${cpu_model:-unknown}
-mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
-kernel=$(uname -r)
-kroute=$commit
-kafka=${KROUTE_KAFKA_VERSION:-4.1.2}
-java=$(java -version 2>&1 | head -n 1)
+$(bench_machine_meta)
 socat=$(socat -V | sed -n 's/^socat version \([^ ]*\).*/\1/p')
 rounds=$ROUNDS
 records=$RECORDS

@@ -393,15 +393,7 @@ source bench/common.sh
 bench_identity bench/routing.sh
 layouts=$(for s in "${SCENARIOS[@]}"; do printf '%s=%s;' "$s" "${LAYOUT[$s]}"; done)
 BENCH_META=$(cat <<EOF
-date=$(date -u '+%Y-%m-%d %H:%M UTC')
-command=$cmd
-nproc=$(nproc)
-cpu=${cpu_model:-unknown}
-mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
-kernel=$(uname -r)
-kroute=$commit
-kafka=${KROUTE_KAFKA_VERSION:-4.1.2}
-java=$(java -version 2>&1 | head -n 1)
+$(bench_machine_meta)
 rounds=$ROUNDS
 producers=$PRODUCERS
 records=$RECORDS

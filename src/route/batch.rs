@@ -311,6 +311,14 @@ pub(crate) mod tests {
         out.freeze()
     }
 
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn check(records: &Bytes) -> Result<Movable, KeepReason> {
         inspect(records, &mut InspectBudget::per_request())
     }
@@ -341,13 +349,7 @@ pub(crate) mod tests {
 
     #[test]
     fn keyless_batches_move_in_every_compression() {
-        for c in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for c in CODECS {
             let b = batch(&[None, None, None], c, -1, false);
             assert_eq!(check(&b), Ok(Movable { records: 3 }), "{c:?}");
         }
@@ -355,13 +357,7 @@ pub(crate) mod tests {
 
     #[test]
     fn any_key_keeps_the_batch_in_every_compression() {
-        for c in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for c in CODECS {
             assert_eq!(
                 check(&batch(&[None, Some("k"), None], c, -1, false)),
                 Err(KeepReason::Keyed),

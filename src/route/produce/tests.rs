@@ -113,6 +113,27 @@ fn entries(frame: &Bytes) -> Vec<(String, i32, Bytes)> {
         .collect()
 }
 
+/// A broker's encoded answer (header v1, correlation id 42) for one partition of topic "t".
+fn part_answer(partition: i32, error: i16, offset: i64, throttle: i32) -> Reply {
+    let resp = ProduceResponse::default()
+        .with_throttle_time_ms(throttle)
+        .with_responses(vec![
+            TopicProduceResponse::default()
+                .with_name(topic("t"))
+                .with_partition_responses(vec![
+                    PartitionProduceResponse::default()
+                        .with_index(partition)
+                        .with_error_code(error)
+                        .with_base_offset(offset),
+                ]),
+        ]);
+    let mut out = BytesMut::new();
+    out.put_i32(42);
+    out.put_u8(0);
+    resp.encode(&mut out, VERSION).unwrap();
+    Ok(out.freeze())
+}
+
 fn split(plan: Plan) -> Split {
     match plan {
         Plan::Split(s) => s,
@@ -204,29 +225,10 @@ fn mixed_request_splits_and_merges_back_into_client_partitions() {
 
     // Answers: home succeeds at offset 100 with throttle 5; the moved part fails with
     // NOT_LEADER_OR_FOLLOWER and throttle 9.
-    let answer = |partition: i32, error: i16, offset: i64, throttle: i32| -> Reply {
-        let resp = ProduceResponse::default()
-            .with_throttle_time_ms(throttle)
-            .with_responses(vec![
-                TopicProduceResponse::default()
-                    .with_name(topic("t"))
-                    .with_partition_responses(vec![
-                        PartitionProduceResponse::default()
-                            .with_index(partition)
-                            .with_error_code(error)
-                            .with_base_offset(offset),
-                    ]),
-            ]);
-        let mut out = BytesMut::new();
-        out.put_i32(42);
-        out.put_u8(0);
-        resp.encode(&mut out, VERSION).unwrap();
-        Ok(out.freeze())
-    };
-    let merged = s
-        .merge
-        .unwrap()
-        .merge(vec![answer(0, 0, 100, 5), answer(target, 6, 7, 9)]);
+    let merged = s.merge.unwrap().merge(vec![
+        part_answer(0, 0, 100, 5),
+        part_answer(target, 6, 7, 9),
+    ]);
     assert_eq!(&merged[..4], &42i32.to_be_bytes());
     let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
     assert_eq!(resp.throttle_time_ms, 9);
@@ -248,23 +250,10 @@ fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
     let s = split(plan(&p, 1, true, &head, &produce, &frame));
-    let ok = {
-        let resp = ProduceResponse::default().with_responses(vec![
-            TopicProduceResponse::default()
-                .with_name(topic("t"))
-                .with_partition_responses(vec![
-                    PartitionProduceResponse::default()
-                        .with_index(0)
-                        .with_base_offset(3),
-                ]),
-        ]);
-        let mut out = BytesMut::new();
-        out.put_i32(42);
-        out.put_u8(0);
-        resp.encode(&mut out, VERSION).unwrap();
-        out.freeze()
-    };
-    let merged = s.merge.unwrap().merge(vec![Ok(ok), Err(UpstreamGone)]);
+    let merged = s
+        .merge
+        .unwrap()
+        .merge(vec![part_answer(0, 0, 3, 0), Err(UpstreamGone)]);
     let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
     let errors: Vec<(i32, i16)> = resp.responses[0]
         .partition_responses
