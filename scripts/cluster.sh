@@ -16,6 +16,10 @@
 #   scripts/cluster.sh delay N MS            relayed mode: broker N answers MS ms late from now on,
 #                                            for every client and for its followers (0 = no delay)
 #   scripts/cluster.sh delays                one line per broker: "broker N MS"
+#   scripts/cluster.sh cut N                 relayed mode: cut every open connection to broker N
+#                                            (SIGUSR1 to its relay, which closes both sockets of
+#                                            each; new connections work at once); exit 1 if the
+#                                            relay is not running (or is an older build without cut)
 #   scripts/cluster.sh create-topic NAME (--partitions N --replication-factor R |
 #                                         --replica-assignment 1:2:3,2:3:1) [--config k=v]...
 #                                            TopicCommand --create, then waits until every
@@ -480,6 +484,22 @@ cmd_delays() { # one line per broker: "broker N MS"
   for n in "${BROKERS[@]}"; do echo "broker $n $(delay_ms "$n")"; done
 }
 
+cmd_cut() { # N: SIGUSR1 to broker N's relay, which closes all connections it relays right now
+  need_broker_id "${1:-}"
+  [ $# -eq 1 ] || die "usage: cut N"
+  [ "$MODE" = relayed ] || die "cut needs a cluster started in relayed mode (start --relayed); this one is $MODE"
+  local pid
+  pid=$(relay_pid "$1") || die "relay $1 is not running"
+  # a relay built before `cut` existed does not handle SIGUSR1, whose default action kills it:
+  # check its caught-signals mask (SIGUSR1 = 10, bit 9) first
+  local caught
+  caught=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null) || true
+  [ -n "$caught" ] && (( (16#$caught >> 9) & 1 )) ||
+    die "relay $1 (pid $pid) does not handle SIGUSR1 (an older delay_relay): restart the cluster"
+  kill -USR1 "$pid" || die "could not signal relay $1 (pid $pid)"
+  say "broker $1: open connections through relay $1 (pid $pid) cut (see $(relay_log "$1"))"
+}
+
 need_broker_id() {
   [[ ${1:-} =~ ^[123]$ ]] || die "broker id must be 1, 2 or 3 (got '${1:-}')"
 }
@@ -599,6 +619,7 @@ case "$cmd" in
   elect-leaders) cmd_elect_leaders "$@" ;;
   delay) cmd_delay "$@" ;;
   delays) cmd_delays ;;
+  cut) cmd_cut "$@" ;;
   lib) ensure_lib; echo "$LIB" ;;
   tool) ensure_lib; [ $# -gt 0 ] || die "usage: tool CLASS ARGS..."; run_tool "$@" ;;
   -h|--help|help|"") usage ;;

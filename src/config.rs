@@ -49,6 +49,19 @@ pub struct RoutingConfig {
     /// A broker without an answer for this long gets a neutral score.
     #[serde(default = "default_score_stale_ms")]
     pub score_stale_ms: u64,
+    /// Whether batches of idempotent producers may move: kroute then renumbers every batch of
+    /// the idempotent producers it saw start (InitProducerId) in routed topics.
+    #[serde(default = "default_true")]
+    pub idempotent: bool,
+    /// How long kroute remembers an idle idempotent producer's sequence numbers. Must not be
+    /// shorter than the brokers' `producer.id.expiration.ms` (default 1 day), so that a
+    /// producer kroute forgot is forgotten by the brokers too.
+    #[serde(default = "default_producer_expiry_ms")]
+    pub producer_expiry_ms: u64,
+    /// Most idempotent producers tracked at once; producers beyond it are not renumbered,
+    /// their batches stay where the client put them.
+    #[serde(default = "default_max_producers")]
+    pub max_producers: usize,
 }
 
 /// The routing strategy.
@@ -76,6 +89,15 @@ fn default_score_decay_ms() -> u64 {
 fn default_score_stale_ms() -> u64 {
     3_000
 }
+fn default_true() -> bool {
+    true
+}
+fn default_producer_expiry_ms() -> u64 {
+    25 * 3_600_000
+}
+fn default_max_producers() -> usize {
+    10_000
+}
 
 impl Default for RoutingConfig {
     fn default() -> Self {
@@ -86,11 +108,19 @@ impl Default for RoutingConfig {
             lease_ms: default_lease_ms(),
             score_decay_ms: default_score_decay_ms(),
             score_stale_ms: default_score_stale_ms(),
+            idempotent: true,
+            producer_expiry_ms: default_producer_expiry_ms(),
+            max_producers: default_max_producers(),
         }
     }
 }
 
 impl RoutingConfig {
+    /// Whether idempotent producers' batches may be renumbered and moved at all.
+    pub fn routes_idempotent(&self) -> bool {
+        self.idempotent && self.strategy != Strategy::Off && !self.include.is_empty()
+    }
+
     /// Whether keyless batches of `topic` may move.
     pub fn routes_topic(&self, topic: &str) -> bool {
         self.strategy != Strategy::Off
@@ -356,6 +386,11 @@ impl Config {
             ("routing.lease_ms", self.routing.lease_ms),
             ("routing.score_decay_ms", self.routing.score_decay_ms),
             ("routing.score_stale_ms", self.routing.score_stale_ms),
+            (
+                "routing.producer_expiry_ms",
+                self.routing.producer_expiry_ms,
+            ),
+            ("routing.max_producers", self.routing.max_producers as u64),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be above 0".into()));

@@ -114,6 +114,39 @@ impl RoutingMetrics {
 }
 
 /// Everything kroute exports, as handles.
+/// What happens to the batches of idempotent producers kroute renumbers.
+#[derive(Clone)]
+pub struct SequenceMetrics {
+    /// Batches sent with kroute's numbers (first attempts and resends).
+    pub renumbered: Counter,
+    /// Client retries resent with the numbers of their first attempt.
+    pub resent: Counter,
+    /// Client retries of batches already appended, answered by kroute.
+    pub answered_from_memory: Counter,
+    /// Batches with nowhere to go yet, answered REQUEST_TIMED_OUT.
+    pub busy: Counter,
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER answers caused by kroute's numbering, reported as
+    /// REQUEST_TIMED_OUT.
+    pub sequence_errors_hidden: Counter,
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER answers passed to the client (the broker's state differs
+    /// from kroute's: the client must reset, as it would without kroute).
+    pub sequence_errors_passed: Counter,
+}
+
+impl SequenceMetrics {
+    fn new() -> Self {
+        let outcome = |o: &'static str| counter!("kroute_idempotent_batches_total", "outcome" => o);
+        Self {
+            renumbered: outcome("renumbered"),
+            resent: outcome("resent"),
+            answered_from_memory: outcome("answered_from_memory"),
+            busy: outcome("busy"),
+            sequence_errors_hidden: outcome("sequence_error_hidden"),
+            sequence_errors_passed: outcome("sequence_error_passed"),
+        }
+    }
+}
+
 pub struct Metrics {
     pub connections_accepted: Counter,
     pub connections_active: Gauge,
@@ -125,6 +158,7 @@ pub struct Metrics {
     pub brokers_known: Gauge,
     pub metadata_refresh_failures: Counter,
     pub routing: RoutingMetrics,
+    pub sequencing: SequenceMetrics,
     apis: Vec<ApiMetrics>,
     brokers: DashMap<i32, Arc<BrokerMetrics>>,
 }
@@ -193,6 +227,7 @@ impl Metrics {
             brokers_known: gauge!("kroute_brokers_known"),
             metadata_refresh_failures: counter!("kroute_metadata_refresh_failures_total"),
             routing: RoutingMetrics::new(),
+            sequencing: SequenceMetrics::new(),
             apis,
             brokers: DashMap::new(),
         }

@@ -30,7 +30,8 @@ use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
 use crate::route::scores::BrokerScore;
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
+use kafka_protocol::protocol::Decodable;
 
 /// The answer to one request: the response payload, or why there is none.
 pub type Reply = Result<Bytes, UpstreamGone>;
@@ -71,39 +72,31 @@ impl Upstream {
         node_id: i32,
         addr: &str,
     ) -> std::io::Result<Upstream> {
-        let metrics = proxy.metrics.broker(node_id);
-        let stream =
-            match tokio::time::timeout(proxy.config.connect_timeout(), TcpStream::connect(addr))
-                .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    metrics.connect_failures.increment(1);
-                    return Err(e);
-                }
-                Err(_) => {
-                    metrics.connect_failures.increment(1);
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "connect timed out",
-                    ));
-                }
-            };
-        stream.set_nodelay(true)?;
-        let (rd, wr) = stream.into_split();
+        let link = Link::new(proxy, node_id);
+        let stream = dial(proxy, &link, addr).await?;
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-        let (pending_tx, pending_rx) = mpsc::unbounded_channel();
-        let score = (node_id >= 0).then(|| proxy.router.scores.broker(node_id));
-        let link = Arc::new(Link {
-            node_id,
-            metrics,
-            score,
-            client_left: AtomicBool::new(false),
-            reader_done: AtomicBool::new(false),
-        });
-        tokio::spawn(write_requests(wr, rx, pending_tx, link.clone()));
-        tokio::spawn(read_responses(rd, pending_rx, proxy.clone(), link.clone()));
+        start(stream, rx, proxy.clone(), link.clone());
         Ok(Upstream { node_id, tx, link })
+    }
+
+    /// Opens a connection in the background: requests may be queued at once (up to `queue`);
+    /// if the connection cannot be made, their replies fail as if the broker had gone away.
+    pub fn open(proxy: &Arc<Proxy>, node_id: i32, addr: String, queue: usize) -> Upstream {
+        let link = Link::new(proxy, node_id);
+        let (tx, rx) = mpsc::channel(queue);
+        let (proxy, background) = (proxy.clone(), link.clone());
+        tokio::spawn(async move {
+            match dial(&proxy, &background, &addr).await {
+                Ok(stream) => start(stream, rx, proxy, background),
+                Err(e) => {
+                    background.reader_done.store(true, Ordering::Relaxed);
+                    proxy.router.scores.unreachable(node_id, Instant::now());
+                    debug!(broker = node_id, "cannot open a producer connection: {e}");
+                    // Dropping `rx` fails the replies of everything queued.
+                }
+            }
+        });
+        Upstream { node_id, tx, link }
     }
 
     /// False once the broker side of the connection has ended (e.g. the broker closed an idle
@@ -116,6 +109,45 @@ impl Upstream {
     pub async fn send(&self, out: Outbound) -> Result<(), UpstreamGone> {
         self.tx.send(out).await.map_err(|_| UpstreamGone)
     }
+
+    /// Queues a request without waiting; fails if the connection is gone or its queue is full
+    /// (the request is then dropped, and so is its reply).
+    pub fn try_send(&self, out: Outbound) -> Result<(), UpstreamGone> {
+        self.tx.try_send(out).map_err(|_| UpstreamGone)
+    }
+}
+
+/// Opens the TCP connection, counting failures on the broker's metrics.
+async fn dial(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<TcpStream> {
+    let stream = match tokio::time::timeout(
+        proxy.config.connect_timeout(),
+        TcpStream::connect(addr),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            link.metrics.connect_failures.increment(1);
+            return Err(e);
+        }
+        Err(_) => {
+            link.metrics.connect_failures.increment(1);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            ));
+        }
+    };
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Starts the writer and reader tasks of a connected stream.
+fn start(stream: TcpStream, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: Arc<Link>) {
+    let (rd, wr) = stream.into_split();
+    let (pending_tx, pending_rx) = mpsc::unbounded_channel();
+    tokio::spawn(write_requests(wr, rx, pending_tx, link.clone()));
+    tokio::spawn(read_responses(rd, pending_rx, proxy, link));
 }
 
 /// A reply the reader is waiting for, stamped with when its request left.
@@ -138,6 +170,16 @@ struct Link {
 }
 
 impl Link {
+    fn new(proxy: &Proxy, node_id: i32) -> Arc<Link> {
+        Arc::new(Link {
+            node_id,
+            metrics: proxy.metrics.broker(node_id),
+            score: (node_id >= 0).then(|| proxy.router.scores.broker(node_id)),
+            client_left: AtomicBool::new(false),
+            reader_done: AtomicBool::new(false),
+        })
+    }
+
     fn is_scored(&self, api_key: i16) -> Option<&BrokerScore> {
         self.score
             .as_deref()
@@ -278,6 +320,9 @@ async fn read_responses(
 
 /// Turns a broker response into what the client receives: as-is, or with addresses rewritten.
 fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result<Bytes> {
+    if pending.api_key == ApiKey::InitProducerId as i16 {
+        observe_producer_id(proxy, pending.api_version, &frame);
+    }
     if !needs_rewrite(pending.api_key, pending.api_version) {
         return Ok(frame);
     }
@@ -304,4 +349,22 @@ fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result
             out.freeze()
         }
     })
+}
+
+/// A producer id handed out through kroute: kroute may own its numbering (see
+/// [`crate::route::producers`]).
+fn observe_producer_id(proxy: &Proxy, version: i16, frame: &Bytes) {
+    if !proxy.config.routing.routes_idempotent() {
+        return;
+    }
+    let header_version = ApiKey::InitProducerId.response_header_version(version);
+    let Ok((_, mut body)) = split_response(frame, header_version) else {
+        return;
+    };
+    if let Ok(r) = InitProducerIdResponse::decode(&mut body, version)
+        && r.error_code == 0
+        && r.producer_id.0 >= 0
+    {
+        proxy.router.producers.own(r.producer_id.0, Instant::now());
+    }
 }

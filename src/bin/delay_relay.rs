@@ -28,12 +28,18 @@
 //! delay file every 100 ms, so it can be changed at runtime with `echo 20 > FILE`. It is applied
 //! when a chunk is written, so lowering the delay releases already queued chunks early.
 //!
+//! SIGUSR1 cuts every currently open connection (both of its sockets are closed at once, as if
+//! the network between client and broker had broken; queued, not yet delivered server bytes are
+//! discarded) and logs one line with how many were cut; the relay keeps accepting new
+//! connections. `scripts/cluster.sh cut N` sends it to broker N's relay.
+//!
 //! SIGTERM / SIGINT stop the relay (open connections are dropped).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -43,6 +49,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -114,6 +121,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let conns = Arc::new(Connections::default());
+    // registered before the listeners are bound: once cluster.sh sees the port open, a SIGUSR1
+    // must cut connections, not kill the relay (its default action)
+    spawn_cut_handler(conns.clone())?;
     // one shared delay per distinct delay file (or a constant 0 without one)
     let mut delays: Vec<Arc<AtomicU64>> = Vec::new();
     for path in &cli.delay_file {
@@ -133,10 +144,86 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             "relaying {listen} -> {target} (delay {} ms)",
             delay.load(Ordering::Relaxed)
         );
-        tokio::spawn(accept_loop(listener, target, delay));
+        tokio::spawn(accept_loop(listener, target, delay, conns.clone()));
     }
     shutdown_signal().await;
     info!("shutting down");
+    Ok(())
+}
+
+/// The open relayed connections (of all listen/target pairs), so SIGUSR1 can cut them.
+#[derive(Default)]
+struct Connections {
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, AbortHandle>>,
+}
+
+impl Connections {
+    /// Runs `conn` as a task that SIGUSR1 can abort; it is registered until it ends or is cut.
+    fn spawn<F>(self: &Arc<Self>, conn: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let guard = Registration {
+            id,
+            conns: self.clone(),
+        };
+        // spawned under the lock: the task's own deregistration (guard drop) can't run before
+        // the insert, which would leave a stale entry behind
+        let mut open = self.lock();
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            conn.await;
+        });
+        open.insert(id, task.abort_handle());
+    }
+
+    /// Aborts every open connection task (dropping a task's future drops its sockets, which
+    /// closes them); returns how many there were.
+    fn cut_all(&self) -> usize {
+        // taken out under the lock, aborted after it: an aborted task deregisters itself
+        let cut: Vec<AbortHandle> = self.lock().drain().map(|(_, task)| task).collect();
+        for task in &cut {
+            task.abort();
+        }
+        cut.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, AbortHandle>> {
+        // the map stays consistent even if a holder panicked
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Deregisters a connection when its task ends (completed or aborted).
+struct Registration {
+    id: u64,
+    conns: Arc<Connections>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.conns.lock().remove(&self.id);
+    }
+}
+
+/// Cuts all open connections on every SIGUSR1.
+#[cfg(unix)]
+fn spawn_cut_handler(conns: Arc<Connections>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr1 = signal(SignalKind::user_defined1()).context("listening for SIGUSR1")?;
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            let n = conns.cut_all();
+            info!("SIGUSR1: cut {n} open connection(s)");
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn spawn_cut_handler(_conns: Arc<Connections>) -> anyhow::Result<()> {
     Ok(())
 }
 
@@ -185,12 +272,17 @@ async fn poll_delay(path: PathBuf, delay: Arc<AtomicU64>) {
     }
 }
 
-async fn accept_loop(listener: TcpListener, target: SocketAddr, delay: Arc<AtomicU64>) {
+async fn accept_loop(
+    listener: TcpListener,
+    target: SocketAddr,
+    delay: Arc<AtomicU64>,
+    conns: Arc<Connections>,
+) {
     loop {
         match listener.accept().await {
             Ok((client, peer)) => {
                 let delay = delay.clone();
-                tokio::spawn(async move {
+                conns.spawn(async move {
                     if let Err(e) = relay(client, target, delay).await {
                         debug!("{peer} -> {target}: {e:#}");
                     }

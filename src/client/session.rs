@@ -211,7 +211,7 @@ async fn read_requests(
     rd: impl AsyncRead + Unpin,
     mut upstreams: Upstreams<'_>,
     slots: mpsc::Sender<Slot>,
-    proxy: &Proxy,
+    proxy: &Arc<Proxy>,
 ) -> Result<(), ClientError> {
     let home = upstreams.home.node_id;
     // Side connections to other brokers carry no SASL identity: an authenticated client's
@@ -266,9 +266,19 @@ async fn read_requests(
             }
             Plan::Split(Split { parts, merge }) => {
                 let mut senders = Vec::with_capacity(parts.len());
+                let mut parts = parts;
                 if let Some(merge) = merge {
-                    let (txs, replies): (Vec<_>, Vec<_>) =
-                        parts.iter().map(|_| oneshot::channel()).unzip();
+                    // Parts already queued elsewhere bring their reply receiver along.
+                    let (txs, replies): (Vec<_>, Vec<_>) = parts
+                        .iter_mut()
+                        .map(|p| match p.sent.take() {
+                            Some(reply) => (None, reply),
+                            None => {
+                                let (tx, rx) = oneshot::channel();
+                                (Some(tx), rx)
+                            }
+                        })
+                        .unzip();
                     let api_key = head.api_key;
                     let slot = Slot::Merging {
                         api_key,
@@ -276,9 +286,12 @@ async fn read_requests(
                         merge,
                     };
                     slots.send(slot).await.map_err(|_| UpstreamGone)?;
-                    senders = txs.into_iter().map(Some).collect();
+                    senders = txs;
                 }
                 for (i, part) in parts.into_iter().enumerate() {
+                    if part.sent.is_some() || senders.get(i).is_some_and(Option::is_none) {
+                        continue; // already on its way
+                    }
                     let reply = senders.get_mut(i).and_then(Option::take);
                     let out = Outbound {
                         frame: part.frame,

@@ -12,9 +12,12 @@
 
 pub mod batch;
 pub mod produce;
+pub mod producers;
 pub mod scores;
+pub mod sequence;
 pub mod strategy;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -26,8 +29,10 @@ use crate::protocol::header::{Malformed, RequestHead, produce_head};
 use crate::protocol::versions::unsupported_api_versions_body;
 use crate::proxy::Proxy;
 use crate::upstream::Reply;
+use producers::Producers;
 use scores::{ScoreConfig, Scores};
 use strategy::StrictCost;
+use tokio::sync::oneshot;
 
 /// What to do with one request.
 pub enum Plan {
@@ -52,6 +57,10 @@ pub struct Split {
 pub struct Part {
     pub node_id: i32,
     pub frame: Bytes,
+    /// Set when the part is already queued on a connection of its own (an owned idempotent
+    /// producer's, see [`producers`]): its answer arrives here and the session must not send
+    /// it again.
+    pub sent: Option<oneshot::Receiver<Reply>>,
 }
 
 /// Turns the answers of a split request's parts (in part order) into the client's answer.
@@ -61,10 +70,12 @@ pub trait Merge: Send {
     fn merge(self: Box<Self>, answers: Vec<Reply>) -> Bytes;
 }
 
-/// The routing state shared by all connections: live scores and the strategy.
+/// The routing state shared by all connections: live scores, the strategy and the owned
+/// idempotent producers.
 pub struct Router {
     pub scores: Scores,
     pub strict_cost: StrictCost,
+    pub producers: Producers,
 }
 
 impl Router {
@@ -75,6 +86,10 @@ impl Router {
                 stale_after: Duration::from_millis(config.score_stale_ms),
             }),
             strict_cost: StrictCost::new(Duration::from_millis(config.lease_ms)),
+            producers: Producers::new(
+                Duration::from_millis(config.producer_expiry_ms),
+                config.max_producers,
+            ),
         }
     }
 }
@@ -83,7 +98,7 @@ impl Router {
 /// `may_route` is false where batches must stay put whatever the policy says (see
 /// [`produce::plan`]).
 pub fn plan(
-    proxy: &Proxy,
+    proxy: &Arc<Proxy>,
     home: i32,
     may_route: bool,
     head: &RequestHead,
@@ -112,7 +127,7 @@ mod tests {
     use crate::config::Config;
     use crate::metrics::Metrics;
 
-    fn proxy() -> std::sync::Arc<Proxy> {
+    fn proxy() -> Arc<Proxy> {
         let config =
             Config::parse("[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n", "t").unwrap();
         Proxy::new(config, Metrics::new())

@@ -7,53 +7,35 @@
 //! only once). Everything else stays where the client put it, byte-identical. Picking one broker
 //! per request keeps most requests to one or two parts, so a slow broker holds up few answers.
 //!
-//! The answer the client gets names exactly the partitions it sent, in its order:
-//! - a moved batch's result is reported under the client's partition, with `base_offset` and
-//!   `log_start_offset` -1 (unknown, as with acks=0: the offsets belong to another partition)
-//!   and without `current_leader` (it describes the other partition);
-//! - errors from the target are reported under the client's partition, so the client retries
-//!   and kroute routes the retry afresh; a part whose broker went away is NETWORK_EXCEPTION;
-//! - `throttle_time_ms` is the largest of the parts'.
+//! Batches of an idempotent producer that kroute owns are renumbered instead ([`sequenced`]).
+//! The parts' answers are merged back into the client's partitions ([`merge`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, PartitionProduceResponse, TopicProduceResponse,
-};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use super::batch::{InspectBudget, KeepReason, inspect};
 use super::{Merge, Part, Plan, Split};
 use crate::config::Strategy;
-use crate::protocol::header::{ProduceHead, RequestHead, split_response};
+use crate::protocol::header::{ProduceHead, RequestHead};
 use crate::protocol::produce::{TopicEntry, parse_produce_body};
 use crate::protocol::versions::PRODUCE_MAX_VERSION;
 use crate::proxy::Proxy;
-use crate::upstream::Reply;
-
-/// Kafka's NETWORK_EXCEPTION: retriable, and makes the client refresh its metadata.
-const NETWORK_EXCEPTION: i16 = 13;
+use merge::{ProduceMerge, Route};
 
 /// The first Produce version that carries magic v2 batches.
 const MIN_ROUTED_VERSION: i16 = 3;
 
-/// Where one partition entry of the client's request went.
-#[derive(Debug, Clone, Copy)]
-struct Route {
-    part: usize,
-    partition: i32,
-    moved: bool,
-}
-
 /// Rotates the partition chosen among a broker's partitions.
 static PARTITION_CURSOR: AtomicUsize = AtomicUsize::new(0);
 
-fn unsplit(acks: i16) -> Plan {
+pub(super) fn unsplit(acks: i16) -> Plan {
     if acks == 0 {
         Plan::ForwardNoReply
     } else {
@@ -65,7 +47,7 @@ fn unsplit(acks: i16) -> Plan {
 /// false on connections where moving batches is not allowed (e.g. SASL-authenticated ones,
 /// whose identity kroute's side connections would not carry).
 pub fn plan(
-    proxy: &Proxy,
+    proxy: &Arc<Proxy>,
     home: i32,
     may_route: bool,
     head: &RequestHead,
@@ -97,6 +79,10 @@ pub fn plan(
         return unsplit(produce.acks);
     };
     let (acks, timeout_ms, topics) = request;
+    if let Some(owner) = sequenced::owner(proxy, acks, &topics) {
+        let header = frame.slice(..produce.body_offset);
+        return sequenced::plan(proxy, home, head, header, (acks, timeout_ms), topics, owner);
+    }
 
     let now = Instant::now();
     // destinations[i] = (node, topics for that node); index 0 is always home.
@@ -127,6 +113,10 @@ pub fn plan(
                 (_, None) => Err(KeepReason::Malformed),
                 (Some(layout), Some(records)) => {
                     inspect(records, &mut budget).and_then(|movable| {
+                        if movable.idempotent {
+                            // Not owned by kroute (see `sequenced`): its numbers must stay.
+                            return Err(KeepReason::Idempotent);
+                        }
                         loop {
                             let broker = match target {
                                 Some(b) => b,
@@ -193,10 +183,11 @@ pub fn plan(
                         .with_records(entry.records.clone()),
                 );
             }
-            topic_routes.push(Route {
+            topic_routes.push(Route::Part {
                 part,
                 partition,
                 moved,
+                numbered: None,
             });
         }
         routes.push(topic_routes);
@@ -212,7 +203,9 @@ pub fn plan(
         if topic_data.is_empty() {
             // Everything for home moved away; send home nothing, and shift part indexes.
             for r in routes.iter_mut().flatten() {
-                r.part -= 1;
+                if let Route::Part { part, .. } = r {
+                    *part -= 1;
+                }
             }
             continue;
         }
@@ -221,7 +214,11 @@ pub fn plan(
             .with_timeout_ms(timeout_ms)
             .with_topic_data(topic_data);
         match encode_part(&header, &body, head.api_version) {
-            Some(frame) => parts.push(Part { node_id, frame }),
+            Some(frame) => parts.push(Part {
+                node_id,
+                frame,
+                sent: None,
+            }),
             None => {
                 kept.kept(KeepReason::Malformed).increment(1);
                 return unsplit(produce.acks);
@@ -241,6 +238,7 @@ pub fn plan(
                 .collect(),
             topics: topics.into_iter().map(|(name, _)| name).collect(),
             routes,
+            owner: None,
         }) as Box<dyn Merge>
     });
     Plan::Split(Split { parts, merge })
@@ -248,7 +246,7 @@ pub fn plan(
 
 /// Topic entries with their names as Kafka topic names; None if a name is not UTF-8 or a
 /// topic appears twice (kroute then leaves the request alone rather than reason about it).
-fn named_topics(topics: Vec<TopicEntry>) -> Option<Vec<(TopicName, TopicEntry)>> {
+pub(super) fn named_topics(topics: Vec<TopicEntry>) -> Option<Vec<(TopicName, TopicEntry)>> {
     let mut seen = HashSet::new();
     let mut named = Vec::with_capacity(topics.len());
     for t in topics {
@@ -261,7 +259,10 @@ fn named_topics(topics: Vec<TopicEntry>) -> Option<Vec<(TopicName, TopicEntry)>>
     Some(named)
 }
 
-fn destination(destinations: &mut Vec<(i32, Vec<TopicProduceData>)>, node: i32) -> usize {
+pub(super) fn destination(
+    destinations: &mut Vec<(i32, Vec<TopicProduceData>)>,
+    node: i32,
+) -> usize {
     if let Some(i) = destinations.iter().position(|d| d.0 == node) {
         return i;
     }
@@ -269,7 +270,7 @@ fn destination(destinations: &mut Vec<(i32, Vec<TopicProduceData>)>, node: i32) 
     destinations.len() - 1
 }
 
-fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -> Option<Bytes> {
+pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -> Option<Bytes> {
     let size = body.compute_size(version).ok()?;
     let mut frame = BytesMut::with_capacity(header.len() + size);
     frame.extend_from_slice(header);
@@ -277,96 +278,7 @@ fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -> Option<By
     Some(frame.freeze())
 }
 
-/// Merges the answers of a split Produce request back into the client's partitions.
-struct ProduceMerge {
-    version: i16,
-    correlation_id: i32,
-    topics: Vec<TopicName>,
-    original: Vec<Vec<i32>>,
-    routes: Vec<Vec<Route>>,
-}
-
-impl Merge for ProduceMerge {
-    fn merge(self: Box<Self>, answers: Vec<Reply>) -> Bytes {
-        let header_version = ApiKey::Produce.response_header_version(self.version);
-        let mut throttle = 0;
-        let mut endpoints = Vec::new();
-        // (part, topic, partition) -> that part's answer.
-        let mut found: BTreeMap<(usize, &str, i32), PartitionProduceResponse> = BTreeMap::new();
-        let decoded: Vec<Option<ProduceResponse>> = answers
-            .into_iter()
-            .map(|answer| {
-                let payload = answer.ok()?;
-                let (_, mut body) = split_response(&payload, header_version).ok()?;
-                ProduceResponse::decode(&mut body, self.version).ok()
-            })
-            .collect();
-        for (part, response) in decoded.iter().enumerate() {
-            let Some(response) = response else { continue };
-            throttle = throttle.max(response.throttle_time_ms);
-            for e in &response.node_endpoints {
-                if !endpoints.iter().any(
-                    |x: &kafka_protocol::messages::produce_response::NodeEndpoint| {
-                        x.node_id == e.node_id
-                    },
-                ) {
-                    endpoints.push(e.clone());
-                }
-            }
-            for t in &response.responses {
-                for p in &t.partition_responses {
-                    found.insert((part, t.name.as_str(), p.index), p.clone());
-                }
-            }
-        }
-        let responses = self
-            .topics
-            .iter()
-            .zip(&self.original)
-            .zip(&self.routes)
-            .map(|((name, original), routes)| {
-                let partition_responses = original
-                    .iter()
-                    .zip(routes)
-                    .map(|(index, route)| {
-                        let answer = found.remove(&(route.part, name.as_str(), route.partition));
-                        let mut p = answer.unwrap_or_else(|| {
-                            PartitionProduceResponse::default()
-                                .with_error_code(NETWORK_EXCEPTION)
-                                .with_base_offset(-1)
-                                .with_log_append_time_ms(-1)
-                                .with_log_start_offset(-1)
-                        });
-                        p.index = *index;
-                        if route.moved {
-                            p.base_offset = -1;
-                            p.log_start_offset = -1;
-                            p.current_leader = LeaderIdAndEpoch::default();
-                        }
-                        p
-                    })
-                    .collect();
-                TopicProduceResponse::default()
-                    .with_name(name.clone())
-                    .with_partition_responses(partition_responses)
-            })
-            .collect();
-        let merged = ProduceResponse::default()
-            .with_responses(responses)
-            .with_throttle_time_ms(throttle)
-            .with_node_endpoints(endpoints);
-        let mut out = BytesMut::new();
-        out.put_i32(self.correlation_id);
-        if header_version >= 1 {
-            out.put_u8(0); // no tagged fields in the response header
-        }
-        // Encoding a response built from decoded parts cannot fail for a version they decoded in.
-        if merged.encode(&mut out, self.version).is_err() {
-            out.truncate(if header_version >= 1 { 5 } else { 4 });
-        }
-        out.freeze()
-    }
-}
-
+mod merge;
+mod sequenced;
 #[cfg(test)]
 mod tests;

@@ -9,12 +9,17 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::Compression;
 
+use bytes::BufMut;
+use kafka_protocol::messages::ApiKey;
+
 use super::*;
 use crate::cluster::TopicLayout;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::header::produce_head;
 use crate::route::batch::tests::batch;
+use crate::route::sequence::code::NETWORK_EXCEPTION;
+use crate::upstream::Reply;
 use crate::upstream::UpstreamGone;
 
 const VERSION: i16 = 11;

@@ -15,14 +15,26 @@
  * produce --topic T --count N [--idempotent true|false] [--acks all|1|0] [--keyed]
  *         [--id-prefix P] [--transactional-id X [--abort]] [--record-size BYTES]
  *         [--compression none|gzip|snappy|lz4|zstd] [--timeout-ms MS] [--linger-ms MS]
+ *         [--per-second N] [--oversize-at I --oversize-bytes B]
  *     value = id + (' ' + 'x' padding up to --record-size bytes), id = P + 8-digit sequence
  *     (default P "id-"); key = "key-<i % 10>" with --keyed, else null. Waits for every ack.
+ *     --per-second N paces the sends to about N records/s (0, the default: unpaced).
+ *     --oversize-at I --oversize-bytes B: record I (0-based) gets a B-byte value (id + padding)
+ *     so that it is rejected as too large. For the BROKER to reject it, B must exceed the topic's
+ *     max.message.bytes (default 1048588) but not the producer's max.request.size (default
+ *     1048576; raise it with --client-config max.request.size=...), else the client rejects it
+ *     itself; both fail it with RecordTooLargeException.
  *       ack id=<id> key=<key|null> partition=<p> offset=<o>      (send order; offset -1 if acks=0)
  *       fail id=<id> key=<key|null> error=<Exception>:<message>  (per failed record)
  *       txn=committed|aborted                        (transactional mode, after the acks)
- *       produced=<acked> errors=<failed>
- *     Exit 1 if errors > 0. --idempotent defaults to the client default (true) unless
- *     --acks is 1/0 (then false); --transactional-id forces idempotence and acks=all.
+ *       oversize-error=<Exception simple name|none>  (with --oversize-at; none: it was acked)
+ *       client-metrics retries=<n> errors=<n>        (producer-metrics record-retry-total and
+ *                                                     record-error-total; -1 if missing)
+ *       produced=<acked> errors=<failed>             (always the last line)
+ *     Exit 1 if errors > 0, not counting the oversize record when it failed with
+ *     RecordTooLargeException (its fail line is printed all the same). --idempotent defaults to
+ *     the client default (true) unless --acks is 1/0 (then false); --transactional-id forces
+ *     idempotence and acks=all.
  *
  * consume --topic T --expect N [--group G] [--timeout-ms MS] [--isolation read_committed|
  *         read_uncommitted] [--group-protocol classic|consumer] [--extra-wait-ms MS]
@@ -94,6 +106,8 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
@@ -166,10 +180,16 @@ public final class KrouteClient {
         return s.replaceAll("\\s+", "_");
     }
 
-    static String err(Throwable t) {
+    /** The exception that matters: without ExecutionException / plain RuntimeException wrappers. */
+    static Throwable unwrap(Throwable t) {
         while ((t instanceof ExecutionException || t.getClass() == RuntimeException.class) && t.getCause() != null) {
             t = t.getCause();
         }
+        return t;
+    }
+
+    static String err(Throwable t) {
+        t = unwrap(t);
         return t.getClass().getSimpleName() + ":" + clean(t.getMessage());
     }
 
@@ -244,6 +264,19 @@ public final class KrouteClient {
         if (prefix.matches(".*\\s.*")) throw new UsageError("--id-prefix must not contain spaces");
         int recordSize = a.integer("record-size", 0);
         int timeoutMs = a.integer("timeout-ms", 30000);
+        int perSecond = a.integer("per-second", 0);
+        if (perSecond < 0) throw new UsageError("--per-second must be >= 0");
+        int oversizeAt = a.integer("oversize-at", -1);
+        int oversizeBytes = a.integer("oversize-bytes", -1);
+        if (a.one.containsKey("oversize-at") != a.one.containsKey("oversize-bytes")) {
+            throw new UsageError("--oversize-at and --oversize-bytes go together");
+        }
+        if (a.one.containsKey("oversize-at")) {
+            if (oversizeAt < 0 || oversizeAt >= count) {
+                throw new UsageError("--oversize-at must be in 0.." + (count - 1) + ", got " + oversizeAt);
+            }
+            if (oversizeBytes < 1) throw new UsageError("--oversize-bytes must be > 0");
+        }
 
         Properties p = common(a);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -275,17 +308,26 @@ public final class KrouteClient {
         List<Future<RecordMetadata>> futures = new ArrayList<>(count);
         int errCount = 0;
         String txnResult = null;
+        String clientMetrics;
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
             if (txnId != null) {
                 producer.initTransactions();
                 producer.beginTransaction();
             }
+            long pacingStart = System.nanoTime();
             for (int i = 0; i < count; i++) {
                 final int idx = i;
+                if (perSecond > 0) {
+                    // fixed schedule: record i is due i/N s after the first (after a stall, late ones go at once)
+                    long due = pacingStart + (long) (i * (1_000_000_000.0 / perSecond));
+                    long wait = due - System.nanoTime();
+                    if (wait > 0) TimeUnit.NANOSECONDS.sleep(wait);
+                }
                 String id = prefix + String.format(Locale.ROOT, "%08d", i);
                 String value = id;
                 int size = id.getBytes(StandardCharsets.UTF_8).length;
-                if (recordSize > size) value = id + " " + "x".repeat(recordSize - size - 1);
+                int wantSize = i == oversizeAt ? oversizeBytes : recordSize;
+                if (wantSize > size) value = id + " " + "x".repeat(wantSize - size - 1);
                 ids[i] = id;
                 keys[i] = keyed ? "key-" + (i % 10) : null;
                 futures.add(producer.send(new ProducerRecord<>(topic, keys[i], value), (md, ex) -> {
@@ -321,6 +363,9 @@ public final class KrouteClient {
                     txnResult = "txn=committed";
                 }
             }
+            // before close(): the producer's metrics go with it
+            clientMetrics = "client-metrics retries=" + producerMetric(producer, "record-retry-total")
+                    + " errors=" + producerMetric(producer, "record-error-total");
         }
         int acked = 0;
         for (int i = 0; i < count; i++) {
@@ -335,8 +380,29 @@ public final class KrouteClient {
             }
         }
         if (txnResult != null) out(txnResult);
+        // the oversize record's failure does not count for the exit status if it is the expected one
+        boolean oversizeExpected = false;
+        if (oversizeAt >= 0) {
+            Throwable e = errors[oversizeAt] == null ? null : unwrap(errors[oversizeAt]);
+            oversizeExpected = e instanceof org.apache.kafka.common.errors.RecordTooLargeException;
+            boolean oversizeAcked = errors[oversizeAt] == null && metas[oversizeAt] != null;
+            out("oversize-error=" + (oversizeAcked ? "none" : e == null ? "NoMetadata" : e.getClass().getSimpleName()));
+        }
+        out(clientMetrics);
         out("produced=" + acked + " errors=" + (count - acked));
-        return acked == count ? 0 : 1;
+        int unexpected = count - acked - (oversizeExpected ? 1 : 0);
+        return unexpected == 0 ? 0 : 1;
+    }
+
+    /** A producer-metrics metric as an integer (the totals are doubles); -1 if absent. */
+    static long producerMetric(KafkaProducer<?, ?> producer, String name) {
+        for (Map.Entry<MetricName, ? extends Metric> m : producer.metrics().entrySet()) {
+            if (m.getKey().name().equals(name) && m.getKey().group().equals("producer-metrics")) {
+                Object v = m.getValue().metricValue();
+                if (v instanceof Number) return Math.round(((Number) v).doubleValue());
+            }
+        }
+        return -1;
     }
 
     // ------------------------------------------------------------------------------ consume

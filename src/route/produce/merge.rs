@@ -1,0 +1,181 @@
+//! Merging the answers of a split Produce request back into the partitions the client named.
+//!
+//! The answer names exactly the partitions the client sent, in its order:
+//! - a moved batch's result is reported under the client's partition, with `base_offset` and
+//!   `log_start_offset` -1 (unknown, as with acks=0: the offsets belong to another partition)
+//!   and without `current_leader` (it describes the other partition);
+//! - errors from the target are reported under the client's partition, so the client retries;
+//!   a part whose broker went away is NETWORK_EXCEPTION;
+//! - a renumbered batch's result first goes through its producer's sequence state, which
+//!   records it and may turn a sequence error kroute caused into a retriable one;
+//! - `throttle_time_ms` is the largest of the parts'.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::metrics::SequenceMetrics;
+use crate::protocol::header::split_response;
+use crate::route::Merge;
+use crate::route::producers::OwnedProducer;
+use crate::route::sequence::{BatchKey, code};
+use crate::upstream::Reply;
+
+/// Where one partition entry of the client's request went.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// Into part `part`, as partition `partition` (`moved` if that is not the client's).
+    Part {
+        part: usize,
+        partition: i32,
+        moved: bool,
+        /// The batch's numbers, when kroute renumbered it.
+        numbered: Option<Numbered>,
+    },
+    /// Answered by kroute without sending (e.g. a retry of a batch already appended).
+    Local { error: i16 },
+}
+
+/// How kroute numbered one client batch.
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub key: BatchKey,
+    pub target: i32,
+    pub seq: i32,
+}
+
+/// Merges the answers of a split Produce request back into the client's partitions.
+pub struct ProduceMerge {
+    pub version: i16,
+    pub correlation_id: i32,
+    pub topics: Vec<TopicName>,
+    /// The client's partitions, per topic, in its order.
+    pub original: Vec<Vec<i32>>,
+    pub routes: Vec<Vec<Route>>,
+    /// The producer whose batches were renumbered, if any.
+    pub owner: Option<Owner>,
+}
+
+/// The owned producer of a request with renumbered batches.
+pub struct Owner {
+    pub producer: Arc<OwnedProducer>,
+    pub metrics: SequenceMetrics,
+}
+
+fn no_answer(error: i16) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_error_code(error)
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+}
+
+impl Merge for ProduceMerge {
+    fn merge(self: Box<Self>, answers: Vec<Reply>) -> Bytes {
+        let header_version = ApiKey::Produce.response_header_version(self.version);
+        let mut throttle = 0;
+        let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+        // (part, topic, partition) -> that part's answer.
+        let mut found: BTreeMap<(usize, &str, i32), PartitionProduceResponse> = BTreeMap::new();
+        let decoded: Vec<Option<ProduceResponse>> = answers
+            .into_iter()
+            .map(|answer| {
+                let payload = answer.ok()?;
+                let (_, mut body) = split_response(&payload, header_version).ok()?;
+                ProduceResponse::decode(&mut body, self.version).ok()
+            })
+            .collect();
+        for (part, response) in decoded.iter().enumerate() {
+            let Some(response) = response else { continue };
+            throttle = throttle.max(response.throttle_time_ms);
+            for e in &response.node_endpoints {
+                if !endpoints.iter().any(|x| x.node_id == e.node_id) {
+                    endpoints.push(e.clone());
+                }
+            }
+            for t in &response.responses {
+                for p in &t.partition_responses {
+                    found.insert((part, t.name.as_str(), p.index), p.clone());
+                }
+            }
+        }
+        let mut sequences = self.owner.as_ref().map(|o| (o.producer.lock(), &o.metrics));
+        let responses = self
+            .topics
+            .iter()
+            .zip(&self.original)
+            .zip(&self.routes)
+            .map(|((name, original), routes)| {
+                let partition_responses = original
+                    .iter()
+                    .zip(routes)
+                    .map(|(index, route)| {
+                        let mut p = match route {
+                            Route::Local { error } => no_answer(*error),
+                            Route::Part {
+                                part,
+                                partition,
+                                moved,
+                                numbered,
+                            } => {
+                                let answer = found.remove(&(*part, name.as_str(), *partition));
+                                let mut p =
+                                    answer.unwrap_or_else(|| no_answer(code::NETWORK_EXCEPTION));
+                                if let (Some(n), Some((state, metrics))) =
+                                    (numbered, sequences.as_mut())
+                                {
+                                    let said = p.error_code;
+                                    let reported =
+                                        state.sequences.resolve(&n.key, n.target, n.seq, said);
+                                    if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
+                                        match reported {
+                                            code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
+                                                metrics.sequence_errors_passed.increment(1)
+                                            }
+                                            _ => metrics.sequence_errors_hidden.increment(1),
+                                        }
+                                    }
+                                    if reported != said {
+                                        p = no_answer(reported);
+                                    }
+                                }
+                                if *moved {
+                                    p.base_offset = -1;
+                                    p.log_start_offset = -1;
+                                    p.current_leader = LeaderIdAndEpoch::default();
+                                }
+                                p
+                            }
+                        };
+                        p.index = *index;
+                        p
+                    })
+                    .collect();
+                TopicProduceResponse::default()
+                    .with_name(name.clone())
+                    .with_partition_responses(partition_responses)
+            })
+            .collect();
+        drop(sequences);
+        let merged = ProduceResponse::default()
+            .with_responses(responses)
+            .with_throttle_time_ms(throttle)
+            .with_node_endpoints(endpoints);
+        let mut out = BytesMut::new();
+        out.put_i32(self.correlation_id);
+        if header_version >= 1 {
+            out.put_u8(0); // no tagged fields in the response header
+        }
+        // Encoding a response built from decoded parts cannot fail for a version they decoded in.
+        if merged.encode(&mut out, self.version).is_err() {
+            out.truncate(if header_version >= 1 { 5 } else { 4 });
+        }
+        out.freeze()
+    }
+}

@@ -1,0 +1,418 @@
+//! Planning a Produce request of an idempotent producer that kroute owns.
+//!
+//! Every batch of a routed topic is renumbered by kroute ([`crate::route::sequence`]), whether
+//! it moves or not, because kroute hands out the numbers of every partition such a producer
+//! writes to. A client's retry goes where the first attempt went, with the same numbers; a
+//! retry of a batch already appended is answered from memory. Keyed batches stay on their
+//! partition; keyless ones move as in [`super::plan`], to partitions whose numbering can take
+//! them now. A batch that has nowhere to go right now (its partition is waiting for the answer
+//! to an earlier epoch's batches, say) is answered REQUEST_TIMED_OUT, and the client retries it.
+//!
+//! The parts are queued here, under the producer's lock, on the producer's own connections
+//! ([`crate::route::producers`]), so each partition receives its batches in numbering order.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
+use tokio::sync::oneshot;
+
+use super::merge::{Numbered, Owner, ProduceMerge, Route};
+use super::{PARTITION_CURSOR, destination, encode_part};
+use crate::cluster::TopicLayout;
+use crate::protocol::header::RequestHead;
+use crate::protocol::produce::TopicEntry;
+use crate::proxy::Proxy;
+use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber, sequenced};
+use crate::route::producers::{OwnedProducer, ProducerState};
+use crate::route::sequence::{BatchKey, Lookup, code};
+use crate::route::{Merge, Part, Plan, Split};
+use crate::upstream::{Outbound, PendingReply};
+
+/// The owned producer whose batches fill this request, if kroute owns one: the producer id of
+/// the first idempotent batch in a routed topic. (acks=0 never comes from an idempotent
+/// producer; such batches are left alone.)
+pub(super) fn owner(
+    proxy: &Proxy,
+    acks: i16,
+    topics: &[(TopicName, TopicEntry)],
+) -> Option<(i64, Arc<OwnedProducer>)> {
+    let routing = &proxy.config.routing;
+    if acks == 0 || !routing.routes_idempotent() {
+        return None;
+    }
+    let producer_id = topics
+        .iter()
+        .filter(|(name, _)| routing.routes_topic(name.as_str()))
+        .flat_map(|(_, t)| &t.partitions)
+        .find_map(|p| sequenced(p.records.as_ref()?))?
+        .producer_id;
+    Some((producer_id, proxy.router.producers.get(producer_id)?))
+}
+
+/// Where one partition entry goes.
+enum Placement {
+    /// Byte-identical, to the client's partition on the connection's broker.
+    Untouched,
+    /// Renumbered from `seq` on partition `target`, led by `node`.
+    Numbered {
+        node: i32,
+        target: i32,
+        seq: i32,
+        key: BatchKey,
+        records: Bytes,
+    },
+    /// Answered by kroute with this error code, not sent.
+    Local(i16),
+}
+
+/// The broker chosen for the movable batches of one topic in this request, as in
+/// [`super::plan`]: one broker per request keeps requests to few parts.
+#[derive(Default)]
+struct TopicChoice {
+    broker: Option<i32>,
+    exhausted: Vec<i32>,
+}
+
+/// Plans the request of owned producer `producer_id`; `header` is the request header bytes.
+pub(super) fn plan(
+    proxy: &Arc<Proxy>,
+    home: i32,
+    head: &RequestHead,
+    header: Bytes,
+    (acks, timeout_ms): (i16, i32),
+    topics: Vec<(TopicName, TopicEntry)>,
+    (producer_id, owner): (i64, Arc<OwnedProducer>),
+) -> Plan {
+    let now = Instant::now();
+    let routing = &proxy.config.routing;
+    let counters = &proxy.metrics.sequencing;
+    let mut state = owner.lock();
+    state.touch(now);
+    let mut destinations: Vec<(i32, Vec<TopicProduceData>)> = Vec::new();
+    let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
+    let mut budget = InspectBudget::per_request();
+
+    for (name, topic) in &topics {
+        let name_str = name.as_str();
+        let routed = routing.routes_topic(name_str);
+        let layout = routed.then(|| proxy.cluster.topic(name_str)).flatten();
+        // A Produce request may name a partition only once.
+        let mut used: HashSet<i32> = topic.partitions.iter().map(|p| p.index).collect();
+        let mut choice = TopicChoice::default();
+        let mut topic_routes = Vec::with_capacity(topic.partitions.len());
+        for entry in &topic.partitions {
+            let records = entry.records.as_ref();
+            let numbering = records
+                .filter(|_| routed)
+                .and_then(sequenced)
+                .filter(|s| s.producer_id == producer_id);
+            let placement = match (records, numbering) {
+                (Some(records), Some(s)) => {
+                    let key = BatchKey {
+                        topic: topic.name.clone(),
+                        partition: entry.index,
+                        epoch: s.epoch,
+                        base: s.base,
+                        records: s.records,
+                    };
+                    let mut place = Place {
+                        proxy,
+                        state: &mut state,
+                        home,
+                        name: name_str,
+                        layout: layout.as_deref(),
+                        used: &mut used,
+                        now,
+                    };
+                    match place.entry(key, records, &mut choice, &mut budget) {
+                        Placement::Numbered {
+                            records,
+                            key,
+                            node,
+                            target,
+                            seq,
+                        } => {
+                            match renumber(&records, seq) {
+                                Some(records) => Placement::Numbered {
+                                    node,
+                                    target,
+                                    seq,
+                                    key,
+                                    records,
+                                },
+                                // Cannot happen for entries `sequenced` accepted.
+                                None => Placement::Local(state.sequences.resolve(
+                                    &key,
+                                    target,
+                                    seq,
+                                    code::INVALID_RECORD,
+                                )),
+                            }
+                        }
+                        other => other,
+                    }
+                }
+                _ => {
+                    if routed {
+                        proxy
+                            .metrics
+                            .routing
+                            .kept(KeepReason::Malformed)
+                            .increment(1);
+                    }
+                    Placement::Untouched
+                }
+            };
+            let (node, partition, records, numbered) = match placement {
+                Placement::Local(error) => {
+                    topic_routes.push(Route::Local { error });
+                    continue;
+                }
+                Placement::Untouched => (home, entry.index, entry.records.clone(), None),
+                Placement::Numbered {
+                    node,
+                    target,
+                    seq,
+                    key,
+                    records,
+                } => {
+                    counters.renumbered.increment(1);
+                    if target != entry.index {
+                        let count = key.records.max(0) as u32;
+                        proxy
+                            .metrics
+                            .routing
+                            .moved(name_str, home, node, count, records.len());
+                    }
+                    let numbered = Numbered { key, target, seq };
+                    (node, target, Some(records), Some(numbered))
+                }
+            };
+            let part = destination(&mut destinations, node);
+            let topic_data = &mut destinations[part].1;
+            if topic_data.last().is_none_or(|t| t.name != *name) {
+                topic_data.push(TopicProduceData::default().with_name(name.clone()));
+            }
+            if let Some(t) = topic_data.last_mut() {
+                t.partition_data.push(
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(records),
+                );
+            }
+            topic_routes.push(Route::Part {
+                part,
+                partition,
+                moved: partition != entry.index,
+                numbered,
+            });
+        }
+        routes.push(topic_routes);
+    }
+
+    let mut parts = Vec::with_capacity(destinations.len());
+    for (node_id, topic_data) in destinations {
+        let body = ProduceRequest::default()
+            .with_acks(acks)
+            .with_timeout_ms(timeout_ms)
+            .with_topic_data(topic_data);
+        let frame = encode_part(&header, &body, head.api_version).unwrap_or_default();
+        let (reply, sent) = oneshot::channel();
+        if let Some(addr) = proxy.cluster.address(node_id).filter(|_| !frame.is_empty()) {
+            let out = Outbound {
+                frame: frame.clone(),
+                pending: Some(PendingReply {
+                    api_key: ApiKey::Produce as i16,
+                    api_version: head.api_version,
+                    correlation_id: head.correlation_id,
+                    reply,
+                }),
+            };
+            // A full or closed connection drops the reply: the part then fails retriably.
+            let _ = state.link(proxy, node_id, &addr).try_send(out);
+        }
+        parts.push(Part {
+            node_id,
+            frame,
+            sent: Some(sent),
+        });
+    }
+    drop(state);
+    let merge = ProduceMerge {
+        version: head.api_version,
+        correlation_id: head.correlation_id,
+        original: topics
+            .iter()
+            .map(|(_, t)| t.partitions.iter().map(|p| p.index).collect())
+            .collect(),
+        topics: topics.into_iter().map(|(name, _)| name).collect(),
+        routes,
+        owner: Some(Owner {
+            producer: owner,
+            metrics: counters.clone(),
+        }),
+    };
+    Plan::Split(Split {
+        parts,
+        merge: Some(Box::new(merge) as Box<dyn Merge>),
+    })
+}
+
+/// What placing one entry needs to see.
+struct Place<'a, 'b> {
+    proxy: &'a Proxy,
+    state: &'a mut ProducerState,
+    home: i32,
+    name: &'a str,
+    layout: Option<&'a TopicLayout>,
+    used: &'b mut HashSet<i32>,
+    now: Instant,
+}
+
+impl Place<'_, '_> {
+    /// Decides where a renumbered entry goes and with which numbers.
+    fn entry(
+        &mut self,
+        key: BatchKey,
+        records: &Bytes,
+        choice: &mut TopicChoice,
+        budget: &mut InspectBudget,
+    ) -> Placement {
+        let counters = &self.proxy.metrics.sequencing;
+        match self.state.sequences.lookup(&key) {
+            Lookup::Acknowledged => {
+                counters.answered_from_memory.increment(1);
+                Placement::Local(code::NONE)
+            }
+            Lookup::Resend { target, seq } => {
+                let node = self.node_of(key.partition, target);
+                let free = target == key.partition || self.used.insert(target);
+                match node.filter(|_| free) {
+                    Some(node) => {
+                        counters.resent.increment(1);
+                        Placement::Numbered {
+                            node,
+                            target,
+                            seq,
+                            key,
+                            records: records.clone(),
+                        }
+                    }
+                    // Its partition has no known leader (or is taken in this request): the
+                    // client retries again later.
+                    None => Placement::Local(self.state.sequences.resolve(
+                        &key,
+                        target,
+                        seq,
+                        code::NETWORK_EXCEPTION,
+                    )),
+                }
+            }
+            Lookup::Fresh => {
+                let movable = match inspect(records, budget) {
+                    Ok(_) if self.layout.is_some() => true,
+                    Ok(_) => {
+                        self.kept(KeepReason::UnknownTopic);
+                        false
+                    }
+                    Err(reason) => {
+                        self.kept(reason);
+                        false
+                    }
+                };
+                let target = if movable {
+                    self.choose(&key, records.len(), choice)
+                } else {
+                    None
+                };
+                let target = target.or_else(|| {
+                    let stays =
+                        self.state
+                            .sequences
+                            .lane_takes(&key.topic, key.partition, key.epoch);
+                    stays.then_some((self.home, key.partition))
+                });
+                let Some((node, target)) = target else {
+                    counters.busy.increment(1);
+                    return Placement::Local(code::REQUEST_TIMED_OUT);
+                };
+                match self.state.sequences.assign(&key, target) {
+                    Some(seq) => Placement::Numbered {
+                        node,
+                        target,
+                        seq,
+                        key,
+                        records: records.clone(),
+                    },
+                    None => {
+                        counters.busy.increment(1);
+                        Placement::Local(code::REQUEST_TIMED_OUT)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The broker to send partition `target` to: the connection's own broker for the client's
+    /// partition (the client's view of its leader), kroute's view for any other.
+    fn node_of(&self, client_partition: i32, target: i32) -> Option<i32> {
+        if target == client_partition {
+            return Some(self.home);
+        }
+        self.layout?.leader_of(target)
+    }
+
+    fn kept(&self, reason: KeepReason) {
+        self.proxy.metrics.routing.kept(reason).increment(1);
+    }
+
+    /// Picks (broker, partition) for a movable batch: the strategy's broker for this topic,
+    /// the client's partition if that broker leads it, else a partition of that broker that
+    /// this request does not name yet and whose numbering takes the batch now.
+    fn choose(
+        &mut self,
+        key: &BatchKey,
+        bytes: usize,
+        choice: &mut TopicChoice,
+    ) -> Option<(i32, i32)> {
+        let layout = self.layout?;
+        let router = &self.proxy.router;
+        loop {
+            let broker = match choice.broker {
+                Some(b) => b,
+                None => *choice.broker.insert(router.strict_cost.pick_excluding(
+                    self.name,
+                    layout.leaders(),
+                    &choice.exhausted,
+                    &router.scores,
+                    self.now,
+                )?),
+            };
+            let sequences = &self.state.sequences;
+            let takes = |p: i32| sequences.lane_takes(&key.topic, p, key.epoch);
+            if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
+                router.strict_cost.charge(self.name, broker, bytes);
+                self.kept(KeepReason::Home);
+                return Some((self.home, key.partition));
+            }
+            let free: Vec<i32> = layout
+                .led_by(broker)
+                .filter(|p| !self.used.contains(p) && takes(*p))
+                .collect();
+            if free.is_empty() {
+                choice.exhausted.push(broker);
+                choice.broker = None;
+                continue;
+            }
+            let partition = free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
+            self.used.insert(partition);
+            router.strict_cost.charge(self.name, broker, bytes);
+            return Some((broker, partition));
+        }
+    }
+}

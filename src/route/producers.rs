@@ -1,0 +1,186 @@
+//! The idempotent producers kroute owns: those whose start it saw.
+//!
+//! kroute may renumber a producer's batches only if it knows every number the brokers have
+//! seen from that producer. That holds for a producer id kroute saw handed out (an
+//! InitProducerId answer passing through it): a new producer id has no history anywhere, and
+//! the producer reaches the cluster only through this kroute. A producer that was already
+//! producing when kroute started (or that kroute forgot) is never renumbered: its batches stay
+//! byte-identical where the client put them.
+//!
+//! Each owned producer gets its own upstream connection per broker for its renumbered
+//! batches, and a batch is numbered and queued on it in one step under the producer's lock: a
+//! lane's batches then reach the broker in the order of their numbers, as a client's own
+//! batches for one partition do over its one connection.
+//!
+//! Memory is bounded: at most `routing.max_producers` are tracked (more are simply not
+//! owned), and a producer idle for `routing.producer_expiry_ms` is forgotten, connections
+//! included.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, counter, gauge};
+
+use super::sequence::Producer;
+use crate::proxy::Proxy;
+use crate::upstream::Upstream;
+
+/// Requests one producer connection may queue before sends on it fail (retriably).
+const LINK_QUEUE: usize = 1024;
+
+/// What kroute keeps for one owned producer.
+pub struct ProducerState {
+    pub sequences: Producer,
+    links: HashMap<i32, Upstream>,
+    last_used: Instant,
+}
+
+impl ProducerState {
+    /// The producer's connection to broker `node_id` at `addr`, opened (in the background) if
+    /// there is none or the last one ended.
+    pub fn link(&mut self, proxy: &Arc<Proxy>, node_id: i32, addr: &str) -> &Upstream {
+        if self.links.get(&node_id).is_some_and(|u| !u.is_open()) {
+            self.links.remove(&node_id);
+        }
+        self.links
+            .entry(node_id)
+            .or_insert_with(|| Upstream::open(proxy, node_id, addr.to_string(), LINK_QUEUE))
+    }
+
+    pub fn touch(&mut self, now: Instant) {
+        self.last_used = now;
+    }
+}
+
+/// One owned producer, shared by the client connections it uses.
+pub struct OwnedProducer {
+    state: Mutex<ProducerState>,
+}
+
+impl OwnedProducer {
+    pub fn lock(&self) -> MutexGuard<'_, ProducerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The registry of owned producers.
+pub struct Producers {
+    expiry: Duration,
+    max: usize,
+    owned: Mutex<HashMap<i64, Arc<OwnedProducer>>>,
+    tracked: Gauge,
+    refused: Counter,
+    expired: Counter,
+}
+
+impl Producers {
+    pub fn new(expiry: Duration, max: usize) -> Self {
+        Self {
+            expiry,
+            max,
+            owned: Mutex::new(HashMap::new()),
+            tracked: gauge!("kroute_idempotent_producers"),
+            refused: counter!("kroute_idempotent_producers_refused_total"),
+            expired: counter!("kroute_idempotent_producers_expired_total"),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<i64, Arc<OwnedProducer>>> {
+        self.owned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
+    pub fn own(&self, producer_id: i64, now: Instant) {
+        let mut map = self.map();
+        if map.contains_key(&producer_id) {
+            return;
+        }
+        if map.len() >= self.max {
+            self.expire(&mut map, now);
+            if map.len() >= self.max {
+                self.refused.increment(1);
+                return;
+            }
+        }
+        let state = ProducerState {
+            sequences: Producer::default(),
+            links: HashMap::new(),
+            last_used: now,
+        };
+        map.insert(
+            producer_id,
+            Arc::new(OwnedProducer {
+                state: Mutex::new(state),
+            }),
+        );
+        self.tracked.set(map.len() as f64);
+    }
+
+    /// The owned producer with this id, if any.
+    pub fn get(&self, producer_id: i64) -> Option<Arc<OwnedProducer>> {
+        self.map().get(&producer_id).cloned()
+    }
+
+    /// Forgets producers idle for longer than the expiry.
+    pub fn sweep(&self, now: Instant) {
+        let mut map = self.map();
+        self.expire(&mut map, now);
+    }
+
+    fn expire(&self, map: &mut HashMap<i64, Arc<OwnedProducer>>, now: Instant) {
+        let before = map.len();
+        map.retain(|_, p| {
+            // A producer busy right now is not idle.
+            p.state.try_lock().map_or(true, |s| {
+                now.saturating_duration_since(s.last_used) < self.expiry
+            })
+        });
+        self.expired.increment((before - map.len()) as u64);
+        self.tracked.set(map.len() as f64);
+    }
+
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Sweeps expired producers now and then, forever.
+pub async fn sweep_forever(proxy: Arc<Proxy>) {
+    let period = Duration::from_millis(proxy.config.routing.producer_expiry_ms / 4)
+        .clamp(Duration::from_millis(100), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(period).await;
+        proxy.router.producers.sweep(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_refuses_new_producers_until_old_ones_expire() {
+        let producers = Producers::new(Duration::from_secs(10), 2);
+        let t0 = Instant::now();
+        producers.own(1, t0);
+        producers.own(2, t0);
+        producers.own(3, t0 + Duration::from_secs(1));
+        assert!(producers.get(3).is_none(), "over the cap: not owned");
+        assert_eq!(producers.len(), 2);
+        if let Some(p) = producers.get(2) {
+            p.lock().touch(t0 + Duration::from_secs(5));
+        }
+        producers.own(3, t0 + Duration::from_secs(11));
+        assert!(
+            producers.get(1).is_none(),
+            "idle past the expiry: forgotten"
+        );
+        assert!(producers.get(2).is_some(), "used recently: kept");
+        assert!(producers.get(3).is_some());
+    }
+}

@@ -1,0 +1,381 @@
+//! The sequence numbers of one idempotent producer whose batches kroute may move.
+//!
+//! A broker checks an idempotent producer's batches per partition: within an epoch each batch
+//! must start right after the last one it appended there, or it is refused with
+//! OUT_OF_ORDER_SEQUENCE_NUMBER; a batch it has already appended (one of its last five) is
+//! answered as a duplicate. Moving a batch from partition A to B breaks both partitions'
+//! sequences, so for a producer it *owns* kroute numbers every batch itself: per target
+//! partition (a *lane*) it hands out the next sequence, and it remembers which client batch got
+//! which numbers, so that a client's retry goes to the same lane with the same numbers and the
+//! broker deduplicates it.
+//!
+//! The rules that keep this safe (the state machine is in docs/idempotent-routing.md):
+//! - numbers are never handed out twice within a lane's epoch, except to the same client batch;
+//! - a lane is *rewound* (its next number moved back) only over numbers the broker certainly
+//!   never appended: those after a batch it refused outright (a *hole*), once nothing sent
+//!   after the hole is still unanswered;
+//! - a lane switches to a client's newer epoch (sequences restart at 0) only when nothing of
+//!   the older epoch is still unanswered or waiting for a retry there, so the broker never sees
+//!   the older epoch after the newer one;
+//! - OUT_OF_ORDER_SEQUENCE_NUMBER caused by kroute's numbering (a batch overtook its lane
+//!   predecessor, or follows a hole) is reported as a retriable REQUEST_TIMED_OUT, so the
+//!   client retries instead of resetting its producer state.
+//!
+//! Nothing here does I/O or reads a clock: callers pass what happened.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+
+/// Kafka error codes this state machine reacts to.
+pub mod code {
+    pub const NONE: i16 = 0;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const NETWORK_EXCEPTION: i16 = 13;
+    pub const RECORD_LIST_TOO_LARGE: i16 = 18;
+    pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub const INVALID_TIMESTAMP: i16 = 32;
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+    pub const POLICY_VIOLATION: i16 = 44;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_RECORD: i16 = 87;
+}
+
+/// Client batches remembered per client partition. Clients keep at most 5 batches in flight
+/// per partition; the rest are recent ones whose retry is answered from memory.
+const REMEMBERED_PER_PARTITION: usize = 16;
+
+/// A topic partition: (topic name, partition index).
+pub type TopicPartition = (Bytes, i32);
+
+/// One client batch, as the client numbered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchKey {
+    pub topic: Bytes,
+    /// The partition the client sent the batch to.
+    pub partition: i32,
+    pub epoch: i16,
+    /// The client's base sequence.
+    pub base: i32,
+    pub records: i32,
+}
+
+/// What to do with a client batch before choosing where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// A retry of a batch still unresolved: send it to `target` with base sequence `seq` again.
+    Resend { target: i32, seq: i32 },
+    /// A retry of a batch the broker has acknowledged: answer success without sending.
+    Acknowledged,
+    /// A batch to place afresh.
+    Fresh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Sent, answer not yet seen.
+    InFlight,
+    /// Answered with an error after which the broker may or may not have appended it; the
+    /// client retries it with the same numbers.
+    Pending,
+    /// Appended.
+    Acked,
+    /// Certainly not appended and never to be resent with these numbers.
+    Dead,
+}
+
+#[derive(Debug, Clone)]
+struct Assignment {
+    epoch: i16,
+    base: i32,
+    records: i32,
+    target: i32,
+    seq: i32,
+    state: State,
+}
+
+/// kroute's numbering of one target partition.
+#[derive(Debug, Clone)]
+struct Lane {
+    epoch: i16,
+    next: i32,
+    in_flight: u32,
+    pending: u32,
+    /// The first number of a batch the broker refused: everything after it is not appended.
+    hole_at: Option<i32>,
+    /// The first number of a batch the client gave up on without an answer (it moved to a new
+    /// epoch): whether it was appended is unknown, so the lane takes nothing more in its epoch.
+    abandoned_at: Option<i32>,
+    /// The number after the highest batch acknowledged in this epoch.
+    acked_end: Option<i32>,
+}
+
+impl Lane {
+    fn new(epoch: i16) -> Self {
+        Lane {
+            epoch,
+            next: 0,
+            in_flight: 0,
+            pending: 0,
+            hole_at: None,
+            abandoned_at: None,
+            acked_end: None,
+        }
+    }
+
+    fn takes(&self, epoch: i16) -> bool {
+        if self.hole_at.is_some() {
+            return false;
+        }
+        match self.epoch.cmp(&epoch) {
+            std::cmp::Ordering::Equal => self.abandoned_at.is_none(),
+            std::cmp::Ordering::Less => self.in_flight == 0 && self.pending == 0,
+            std::cmp::Ordering::Greater => false,
+        }
+    }
+
+    fn count(&mut self, state: State, delta: i32) {
+        let counter = match state {
+            State::InFlight => &mut self.in_flight,
+            State::Pending => &mut self.pending,
+            State::Acked | State::Dead => return,
+        };
+        *counter = counter.saturating_add_signed(delta);
+    }
+}
+
+/// What the client sent to one partition in its newest epoch, and its recent batches there.
+#[derive(Debug, Default)]
+struct ClientPartition {
+    epoch: i16,
+    recent: VecDeque<Assignment>,
+}
+
+/// Adds `n` to a sequence number the way Kafka does: after i32::MAX comes 0.
+pub fn advance(seq: i32, n: i32) -> i32 {
+    ((i64::from(seq) + i64::from(n)) % (i64::from(i32::MAX) + 1)) as i32
+}
+
+/// The sequence state of one owned producer (one producer id, all its epochs).
+#[derive(Debug, Default)]
+pub struct Producer {
+    lanes: HashMap<TopicPartition, Lane>,
+    clients: HashMap<TopicPartition, ClientPartition>,
+}
+
+impl Producer {
+    /// Looks a client batch up before placing it. Seeing a newer epoch on a client partition
+    /// also releases what the client abandoned there.
+    pub fn lookup(&mut self, key: &BatchKey) -> Lookup {
+        let client = self
+            .clients
+            .entry((key.topic.clone(), key.partition))
+            .or_insert_with(|| ClientPartition {
+                epoch: key.epoch,
+                recent: VecDeque::new(),
+            });
+        if key.epoch > client.epoch {
+            // The client moved this partition to a new epoch: it will never retry the older
+            // epoch's batches here. (Java rewrites them into the new epoch.)
+            client.epoch = key.epoch;
+            for a in client.recent.iter_mut() {
+                if a.epoch < key.epoch && a.state == State::Pending {
+                    if let Some(lane) = self.lanes.get_mut(&(key.topic.clone(), a.target))
+                        && lane.epoch == a.epoch
+                    {
+                        lane.count(State::Pending, -1);
+                        lane.abandoned_at = Some(lane.abandoned_at.map_or(a.seq, |s| s.min(a.seq)));
+                    }
+                    a.state = State::Dead;
+                }
+            }
+        }
+        let Some(i) = client
+            .recent
+            .iter()
+            .position(|a| a.epoch == key.epoch && a.base == key.base && a.records == key.records)
+        else {
+            return Lookup::Fresh;
+        };
+        let a = &mut client.recent[i];
+        match a.state {
+            State::Acked => Lookup::Acknowledged,
+            State::Dead => {
+                client.recent.remove(i);
+                Lookup::Fresh
+            }
+            State::InFlight | State::Pending => {
+                let (target, seq) = (a.target, a.seq);
+                if a.state == State::Pending {
+                    a.state = State::InFlight;
+                    if let Some(lane) = self.lanes.get_mut(&(key.topic.clone(), target)) {
+                        lane.count(State::Pending, -1);
+                        lane.count(State::InFlight, 1);
+                    }
+                }
+                Lookup::Resend { target, seq }
+            }
+        }
+    }
+
+    /// Whether a fresh batch of `epoch` may be numbered on partition `target` of `topic` now.
+    pub fn lane_takes(&self, topic: &Bytes, target: i32, epoch: i16) -> bool {
+        // A lookup by borrowed key would need the tuple; partitions are few, so build it.
+        self.lanes
+            .get(&(topic.clone(), target))
+            .is_none_or(|lane| lane.takes(epoch))
+    }
+
+    /// Numbers a fresh batch on `target` (which must take it: see [`Producer::lane_takes`]).
+    /// None if the client has too many unresolved batches on its partition to remember one
+    /// more, or the lane does not take the batch.
+    pub fn assign(&mut self, key: &BatchKey, target: i32) -> Option<i32> {
+        let client = self.clients.get_mut(&(key.topic.clone(), key.partition))?;
+        if client.recent.len() >= REMEMBERED_PER_PARTITION {
+            let resolved = client
+                .recent
+                .iter()
+                .position(|a| matches!(a.state, State::Acked | State::Dead))?;
+            client.recent.remove(resolved);
+        }
+        let lane = self
+            .lanes
+            .entry((key.topic.clone(), target))
+            .or_insert_with(|| Lane::new(key.epoch));
+        if !lane.takes(key.epoch) {
+            return None;
+        }
+        if lane.epoch < key.epoch {
+            *lane = Lane::new(key.epoch);
+        }
+        let seq = lane.next;
+        lane.next = advance(seq, key.records);
+        lane.count(State::InFlight, 1);
+        client.recent.push_back(Assignment {
+            epoch: key.epoch,
+            base: key.base,
+            records: key.records,
+            target,
+            seq,
+            state: State::InFlight,
+        });
+        Some(seq)
+    }
+
+    /// Records the broker's answer (`error`, or NETWORK_EXCEPTION when none came) for the
+    /// batch `key` sent to `target` with base sequence `seq`; returns the error code to report
+    /// to the client.
+    pub fn resolve(&mut self, key: &BatchKey, target: i32, seq: i32, error: i16) -> i16 {
+        let tp = (key.topic.clone(), target);
+        let Some(a) = self
+            .clients
+            .get_mut(&(key.topic.clone(), key.partition))
+            .and_then(|c| {
+                c.recent.iter_mut().find(|a| {
+                    a.epoch == key.epoch
+                        && a.base == key.base
+                        && a.records == key.records
+                        && a.target == target
+                        && a.seq == seq
+                })
+            })
+        else {
+            // Forgotten meanwhile (the client moved on): report what the broker said.
+            return error;
+        };
+        let Some(lane) = self.lanes.get_mut(&tp).filter(|l| l.epoch == a.epoch) else {
+            return error;
+        };
+        let was = a.state;
+        let (now, reported) = match error {
+            code::NONE | code::DUPLICATE_SEQUENCE_NUMBER => {
+                let end = advance(seq, a.records);
+                lane.acked_end = Some(lane.acked_end.map_or(end, |e| e.max(end)));
+                (State::Acked, error)
+            }
+            _ if was == State::Acked => (State::Acked, code::NONE),
+            code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
+                if lane.hole_at.is_some_and(|h| seq > h) {
+                    // Behind a refused batch: renumbered when the client retries.
+                    (State::Dead, code::REQUEST_TIMED_OUT)
+                } else if lane.abandoned_at.is_some_and(|h| seq > h)
+                    || lane.acked_end.unwrap_or(0) == seq
+                {
+                    // Everything before it is appended (or unknowable): the broker's view
+                    // differs from kroute's, and the client must reset, as it would directly.
+                    (State::Pending, error)
+                } else {
+                    // It overtook a predecessor on its lane: the same numbers will fit once
+                    // the predecessor is in.
+                    (State::Pending, code::REQUEST_TIMED_OUT)
+                }
+            }
+            code::MESSAGE_TOO_LARGE
+            | code::RECORD_LIST_TOO_LARGE
+            | code::INVALID_RECORD
+            | code::INVALID_TIMESTAMP
+            | code::TOPIC_AUTHORIZATION_FAILED
+            | code::POLICY_VIOLATION
+            | code::UNSUPPORTED_FOR_MESSAGE_FORMAT
+            | code::INVALID_REQUIRED_ACKS
+            | code::INVALID_PRODUCER_EPOCH => {
+                // Refused before appending: a hole in the lane.
+                lane.hole_at = Some(lane.hole_at.map_or(seq, |h| h.min(seq)));
+                (State::Dead, error)
+            }
+            // Anything else may or may not have been appended: resend the same numbers.
+            _ => (State::Pending, error),
+        };
+        if was != now {
+            lane.count(was, -1);
+            lane.count(now, 1);
+            a.state = now;
+        }
+        if lane.in_flight == 0
+            && let Some(hole) = lane.hole_at
+        {
+            self.rewind(&tp, hole);
+        }
+        reported
+    }
+
+    /// Moves lane `tp` back to `hole` once nothing sent after the hole is unanswered: every
+    /// batch numbered from the hole on was refused or never got in, so its numbers are free.
+    fn rewind(&mut self, tp: &TopicPartition, hole: i32) {
+        let Some(lane) = self.lanes.get_mut(tp) else {
+            return;
+        };
+        let lane_clients = self.clients.iter_mut().filter(|(c, _)| c.0 == tp.0);
+        for (_, client) in lane_clients {
+            for a in client.recent.iter_mut() {
+                if a.target == tp.1 && a.epoch == lane.epoch && a.seq >= hole {
+                    if a.state == State::Pending {
+                        lane.count(State::Pending, -1);
+                    }
+                    if a.state != State::Acked {
+                        a.state = State::Dead;
+                    }
+                }
+            }
+        }
+        lane.next = hole;
+        lane.hole_at = None;
+    }
+
+    /// Client batches currently unresolved (for tests and metrics).
+    pub fn unresolved(&self) -> usize {
+        self.clients
+            .values()
+            .flat_map(|c| &c.recent)
+            .filter(|a| matches!(a.state, State::InFlight | State::Pending))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests;
