@@ -1,8 +1,8 @@
 //! Deciding from its bytes whether a record batch may go to another partition.
 //!
-//! A batch may move only if it is a magic v2 batch, not transactional, not a control batch, not
-//! from an idempotent producer (its sequence numbers belong to its partition), and every record
-//! key is null. Keys live inside the (possibly compressed) records region, so compressed batches
+//! A batch may move only if it is a magic v2 batch, not transactional, not a control batch, and
+//! every record key is null. Batches of an idempotent producer carry sequence numbers that
+//! belong to their partition: they move only if kroute renumbers them ([`renumber`]). Keys live inside the (possibly compressed) records region, so compressed batches
 //! are decompressed to look, with a size limit, and the original bytes are what gets forwarded.
 //! The record walk reads only lengths and the key length of each record: no allocation per record.
 
@@ -32,7 +32,10 @@ impl InspectBudget {
 const BATCH_LENGTH: usize = 8;
 const MAGIC: usize = 16;
 const ATTRIBUTES: usize = 21;
+const CRC: usize = 17;
 const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: usize = 53;
 const RECORD_COUNT: usize = 57;
 const RECORDS: usize = 61;
 
@@ -93,20 +96,100 @@ impl KeepReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Movable {
     pub records: u32,
+    /// Some batch carries a producer id: an idempotent producer's sequence numbers.
+    pub idempotent: bool,
 }
 
 /// Inspects the records of one partition entry of a Produce request.
 pub fn inspect(records: &Bytes, budget: &mut InspectBudget) -> Result<Movable, KeepReason> {
     let mut rest = records.clone();
     let mut total = 0u32;
+    let mut idempotent = false;
     if rest.is_empty() {
         return Err(KeepReason::Malformed);
     }
     while !rest.is_empty() {
         let batch = split_batch(&mut rest)?;
         total = total.saturating_add(inspect_batch(&batch, budget)?);
+        idempotent |= read_i64(&batch, PRODUCER_ID) != Some(-1);
     }
-    Ok(Movable { records: total })
+    Ok(Movable {
+        records: total,
+        idempotent,
+    })
+}
+
+/// The producer numbering of one partition entry's batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sequenced {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The first batch's base sequence.
+    pub base: i32,
+    /// Records in all batches.
+    pub records: i32,
+}
+
+/// Reads the producer numbering of a partition entry from its batch headers alone: None unless
+/// every batch is a magic v2, non-transactional, non-control batch of one producer id and
+/// epoch, numbered contiguously.
+pub fn sequenced(records: &Bytes) -> Option<Sequenced> {
+    let mut rest = records.clone();
+    let mut found: Option<Sequenced> = None;
+    while !rest.is_empty() {
+        let batch = split_batch(&mut rest).ok()?;
+        let attributes = i16::from_be_bytes([*batch.get(ATTRIBUTES)?, *batch.get(ATTRIBUTES + 1)?]);
+        if batch.get(MAGIC) != Some(&2) || attributes & 0x30 != 0 {
+            return None;
+        }
+        let producer_id = read_i64(&batch, PRODUCER_ID).filter(|p| *p >= 0)?;
+        let epoch = i16::from_be_bytes(batch.get(PRODUCER_EPOCH..BASE_SEQUENCE)?.try_into().ok()?);
+        let base = read_i32(&batch, BASE_SEQUENCE).filter(|s| *s >= 0)?;
+        let count = read_i32(&batch, RECORD_COUNT).filter(|c| *c > 0)?;
+        found = Some(match found {
+            None => Sequenced {
+                producer_id,
+                epoch,
+                base,
+                records: count,
+            },
+            Some(s) => {
+                let contiguous = super::sequence::advance(s.base, s.records) == base;
+                if s.producer_id != producer_id || s.epoch != epoch || !contiguous {
+                    return None;
+                }
+                Sequenced {
+                    records: s.records.checked_add(count)?,
+                    ..s
+                }
+            }
+        });
+    }
+    found
+}
+
+/// A copy of a partition entry's batches numbered from `first` on, each batch's CRC-32C
+/// recomputed (it covers the base sequence). Everything else stays byte-identical.
+pub fn renumber(records: &Bytes, first: i32) -> Option<Bytes> {
+    let mut out = records.to_vec();
+    let mut pos = 0usize;
+    let mut seq = first;
+    while pos < out.len() {
+        let len = read_i32(&out[pos..], BATCH_LENGTH).and_then(|l| usize::try_from(l).ok())?;
+        let end = pos.checked_add(len)?.checked_add(12)?;
+        let batch = out.get_mut(pos..end)?;
+        let count = read_i32(batch, RECORD_COUNT)?;
+        batch
+            .get_mut(BASE_SEQUENCE..BASE_SEQUENCE + 4)?
+            .copy_from_slice(&seq.to_be_bytes());
+        let crc = crc32c::crc32c(batch.get(ATTRIBUTES..)?);
+        batch
+            .get_mut(CRC..CRC + 4)?
+            .copy_from_slice(&crc.to_be_bytes());
+        seq = super::sequence::advance(seq, count);
+        pos = end;
+    }
+    Some(Bytes::from(out))
 }
 
 fn split_batch(rest: &mut Bytes) -> Result<Bytes, KeepReason> {
@@ -117,6 +200,10 @@ fn split_batch(rest: &mut Bytes) -> Result<Bytes, KeepReason> {
         .filter(|t| *t >= RECORDS && *t <= rest.len())
         .ok_or(KeepReason::Malformed)?;
     Ok(rest.split_to(total))
+}
+
+fn read_i64(b: &[u8], at: usize) -> Option<i64> {
+    Some(i64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 fn read_i32(b: &[u8], at: usize) -> Option<i32> {
@@ -133,14 +220,6 @@ fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<u32, KeepR
     }
     if attributes & 0x10 != 0 {
         return Err(KeepReason::Transactional);
-    }
-    let producer_id = i64::from_be_bytes(
-        batch[PRODUCER_ID..PRODUCER_ID + 8]
-            .try_into()
-            .map_err(|_| KeepReason::Malformed)?,
-    );
-    if producer_id != -1 {
-        return Err(KeepReason::Idempotent);
     }
     let count = read_i32(batch, RECORD_COUNT)
         .and_then(|c| u32::try_from(c).ok())
@@ -351,7 +430,11 @@ pub(crate) mod tests {
     fn keyless_batches_move_in_every_compression() {
         for c in CODECS {
             let b = batch(&[None, None, None], c, -1, false);
-            assert_eq!(check(&b), Ok(Movable { records: 3 }), "{c:?}");
+            let movable = Movable {
+                records: 3,
+                idempotent: false,
+            };
+            assert_eq!(check(&b), Ok(movable), "{c:?}");
         }
     }
 
@@ -372,10 +455,13 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn idempotent_and_transactional_batches_stay() {
+    fn idempotent_batches_are_flagged_and_transactional_ones_stay() {
         assert_eq!(
             check(&batch(&[None], Compression::None, 7, false)),
-            Err(KeepReason::Idempotent)
+            Ok(Movable {
+                records: 1,
+                idempotent: true
+            })
         );
         assert_eq!(
             check(&batch(&[None], Compression::None, 7, true)),
@@ -388,7 +474,11 @@ pub(crate) mod tests {
         let mut both = BytesMut::new();
         both.extend_from_slice(&batch(&[None], Compression::None, -1, false));
         both.extend_from_slice(&batch(&[None, None], Compression::Lz4, -1, false));
-        assert_eq!(check(&both.clone().freeze()), Ok(Movable { records: 3 }));
+        let movable = Movable {
+            records: 3,
+            idempotent: false,
+        };
+        assert_eq!(check(&both.clone().freeze()), Ok(movable));
         both.extend_from_slice(&batch(&[Some("k")], Compression::None, -1, false));
         assert_eq!(check(&both.freeze()), Err(KeepReason::Keyed));
     }
