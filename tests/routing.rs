@@ -1,59 +1,13 @@
 //! Re-partitioning keyless batches away from a slow broker, with real clients and the real
 //! cluster.
 //!
-//! The slow broker: the test cluster runs in "relayed" mode (scripts/cluster.sh), where every
-//! broker advertises the address of a delaying relay in front of it, so every client, direct or
-//! through kroute, and every follower replicating from it, sees the delay. `cluster.sh delay 2 MS`
-//! makes broker 2 answer MS later (no netem on this kernel, hence a relay). The tests here change
-//! that shared state, so they run one at a time and reset the delay when they end.
+//! The slow broker is broker 2 behind its delaying relay ([`common::slow`]).
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
-
 use common::librdkafka::{Keys, Produce, assert_exactly_once, consume_all, produce};
+use common::slow::*;
 use common::*;
-
-/// Serialises the tests of this file: they share broker 2's delay.
-static SLOW_BROKER: Mutex<()> = Mutex::new(());
-
-/// Makes broker 2 slow for as long as it lives.
-struct SlowBroker;
-
-impl SlowBroker {
-    fn set(ms: u32) {
-        cluster(&["delay", "2", &ms.to_string()]);
-    }
-}
-
-impl Drop for SlowBroker {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(repo_root().join("scripts/cluster.sh"))
-            .args(["delay", "2", "0"])
-            .status();
-    }
-}
-
-/// One test's world: the file's lock, kroute routing topics `route-*`, broker 2 slow by 40 ms.
-struct SlowWorld {
-    kroute: Kroute,
-    _reset: SlowBroker,
-    _serial: MutexGuard<'static, ()>,
-}
-
-fn slow_world() -> SlowWorld {
-    let serial = SLOW_BROKER.lock().unwrap_or_else(|e| e.into_inner());
-    let kroute = Kroute::start_with(KrouteOptions {
-        extra_toml: "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"route-*\"]\n".into(),
-        ..Default::default()
-    });
-    SlowBroker::set(40);
-    SlowWorld {
-        kroute,
-        _reset: SlowBroker,
-        _serial: serial,
-    }
-}
 
 fn ids(acked: &[(String, i32)]) -> impl Iterator<Item = &str> {
     acked.iter().map(|a| a.0.as_str())
@@ -61,28 +15,6 @@ fn ids(acked: &[(String, i32)]) -> impl Iterator<Item = &str> {
 
 fn rd_acks(acked: Vec<common::librdkafka::Acked>) -> Vec<(String, i32)> {
     acked.into_iter().map(|a| (a.id, a.partition)).collect()
-}
-
-/// Produce bytes kroute sent to each broker so far.
-fn produce_bytes(k: &Kroute) -> [f64; 3] {
-    let text = k.metrics();
-    [1, 2, 3].map(|b| {
-        metric_sum(
-            &text,
-            "kroute_upstream_produce_bytes_total",
-            &[&format!("broker=\"{b}\"")],
-        )
-    })
-}
-
-fn share_of_broker_2(before: [f64; 3], after: [f64; 3]) -> f64 {
-    let d: Vec<f64> = (0..3).map(|i| after[i] - before[i]).collect();
-    let total: f64 = d.iter().sum();
-    assert!(
-        total > 1e6,
-        "too little produce traffic through kroute: {d:?}"
-    );
-    d[1] / total
 }
 
 #[test]

@@ -348,7 +348,8 @@ pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
     };
 
     /// Encodes one batch with kafka-protocol's encoder (an independent implementation).
@@ -497,6 +498,199 @@ pub(crate) mod tests {
         compressed[n - 8..].fill(0);
         compressed[65..70].fill(0x55);
         assert!(check(&Bytes::from(compressed)).is_err());
+    }
+
+    /// An idempotent batch of `n` keyless records: producer 7, epoch 0, sequences 0..n.
+    fn numbered(n: usize, compression: Compression) -> Bytes {
+        batch(&vec![None; n], compression, 7, false)
+    }
+
+    fn concat(parts: &[&Bytes]) -> Bytes {
+        let mut out = BytesMut::new();
+        for part in parts {
+            out.extend_from_slice(part);
+        }
+        out.freeze()
+    }
+
+    fn with_bytes(b: &Bytes, at: usize, bytes: &[u8]) -> Bytes {
+        let mut out = b.to_vec();
+        out[at..at + bytes.len()].copy_from_slice(bytes);
+        Bytes::from(out)
+    }
+
+    fn seq(producer_id: i64, epoch: i16, base: i32, records: i32) -> Option<Sequenced> {
+        Some(Sequenced {
+            producer_id,
+            epoch,
+            base,
+            records,
+        })
+    }
+
+    #[test]
+    fn sequenced_reads_producer_epoch_base_and_count_from_the_header() {
+        for c in CODECS {
+            assert_eq!(sequenced(&numbered(3, c)), seq(7, 0, 0, 3), "{c:?}");
+        }
+        // Other values, written into the header (sequenced reads no CRC).
+        let b = numbered(2, Compression::None);
+        let b = with_bytes(&b, PRODUCER_ID, &0x0102_0304_0506_0708i64.to_be_bytes());
+        let b = with_bytes(&b, PRODUCER_EPOCH, &3i16.to_be_bytes());
+        let b = with_bytes(&b, BASE_SEQUENCE, &1000i32.to_be_bytes());
+        assert_eq!(sequenced(&b), seq(0x0102_0304_0506_0708, 3, 1000, 2));
+    }
+
+    #[test]
+    fn sequenced_sums_contiguous_batches_of_one_entry() {
+        let second = renumber(&numbered(2, Compression::Lz4), 3).unwrap();
+        let third = renumber(&numbered(4, Compression::Zstd), 5).unwrap();
+        let entry = concat(&[&numbered(3, Compression::None), &second, &third]);
+        assert_eq!(sequenced(&entry), seq(7, 0, 0, 9));
+        // Contiguous across the sequence wrap too.
+        let last = renumber(&numbered(1, Compression::None), i32::MAX).unwrap();
+        let after = numbered(2, Compression::None);
+        assert_eq!(sequenced(&concat(&[&last, &after])), seq(7, 0, i32::MAX, 3));
+    }
+
+    #[test]
+    fn sequenced_refuses_entries_kroute_may_not_renumber() {
+        let one = numbered(3, Compression::None);
+        let no = |records: Bytes, why: &str| assert_eq!(sequenced(&records), None, "{why}");
+        no(batch(&[None], Compression::None, 7, true), "transactional");
+        no(
+            batch(&[None], Compression::None, -1, false),
+            "not idempotent",
+        );
+        no(Bytes::new(), "empty");
+        let mut control = one.to_vec();
+        control[ATTRIBUTES + 1] |= 0x20;
+        no(Bytes::from(control), "control");
+        no(with_bytes(&one, MAGIC, &[1]), "magic 1");
+        no(
+            with_bytes(&one, BASE_SEQUENCE, &(-1i32).to_be_bytes()),
+            "no sequence",
+        );
+        no(
+            with_bytes(&one, RECORD_COUNT, &0i32.to_be_bytes()),
+            "no records",
+        );
+        for cut in 1..one.len() {
+            assert_eq!(sequenced(&one.slice(..cut)), None, "cut at {cut}");
+        }
+        let next = |b: Bytes| renumber(&b, 3).unwrap();
+        let two = |b: Bytes| concat(&[&one, &b]);
+        // Each of these would be fine alone: mixed within one entry, they are not.
+        let other_producer = next(batch(&[None], Compression::None, 8, false));
+        no(two(other_producer), "two producers");
+        no(
+            two(batch(&[None], Compression::None, -1, false)),
+            "idempotent and not",
+        );
+        no(
+            two(next(batch(&[None], Compression::None, 7, true))),
+            "transactional second",
+        );
+        let next_epoch = with_bytes(
+            &next(numbered(1, Compression::None)),
+            PRODUCER_EPOCH,
+            &[0, 1],
+        );
+        no(two(next_epoch), "two epochs");
+        no(two(numbered(2, Compression::None)), "second restarts at 0");
+        no(
+            two(renumber(&numbered(2, Compression::None), 4).unwrap()),
+            "a gap",
+        );
+        no(
+            two(renumber(&numbered(2, Compression::None), 2).unwrap()),
+            "an overlap",
+        );
+        no(
+            two(next(numbered(2, Compression::None)).slice(..70)),
+            "second truncated",
+        );
+    }
+
+    #[test]
+    fn renumber_rewrites_base_sequences_and_crcs_and_nothing_else() {
+        for c in CODECS {
+            let first = numbered(3, c);
+            let second = numbered(2, Compression::None);
+            let entry = concat(&[&first, &second]);
+            let out = renumber(&entry, 100).unwrap();
+            assert_eq!(out.len(), entry.len(), "{c:?}");
+            // The decoder checks each batch's CRC-32C.
+            let sets = RecordBatchDecoder::decode_all(&mut out.clone()).expect("valid CRCs");
+            let before = RecordBatchDecoder::decode_all(&mut entry.clone()).unwrap();
+            assert_eq!(sets.len(), 2);
+            let sequences: Vec<i32> = sets
+                .iter()
+                .flat_map(|s| &s.records)
+                .map(|r| r.sequence)
+                .collect();
+            assert_eq!(sequences, (100..105).collect::<Vec<_>>(), "{c:?}");
+            for (old, new) in before.iter().zip(&sets) {
+                assert_eq!(old.compression, new.compression);
+                for (o, n) in old.records.iter().zip(&new.records) {
+                    assert_eq!(
+                        Record {
+                            sequence: n.sequence,
+                            ..o.clone()
+                        },
+                        *n,
+                        "{c:?}"
+                    );
+                }
+            }
+            // Byte for byte, only each batch's CRC and base sequence changed.
+            let fields = |at: usize| {
+                [first.len(), 0].iter().any(|start| {
+                    (start + CRC..start + CRC + 4).contains(&at)
+                        || (start + BASE_SEQUENCE..start + BASE_SEQUENCE + 4).contains(&at)
+                })
+            };
+            for at in (0..entry.len()).filter(|at| !fields(*at)) {
+                assert_eq!(out[at], entry[at], "{c:?}: byte {at}");
+            }
+            assert_eq!(sequenced(&out), seq(7, 0, 100, 5), "{c:?}");
+            // Renumbering a batch back to 0 gives the encoder's own bytes, CRC included.
+            let alone = renumber(&first, 100).unwrap();
+            assert_eq!(renumber(&alone, 0).unwrap(), first, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn renumber_wraps_after_i32_max() {
+        let entry = concat(&[
+            &numbered(2, Compression::None),
+            &numbered(3, Compression::Gzip),
+            &numbered(1, Compression::None),
+        ]);
+        let out = renumber(&entry, i32::MAX - 1).unwrap();
+        let bases: Vec<i32> = RecordBatchDecoder::decode_batch_info(&mut out.clone())
+            .expect("valid CRCs")
+            .iter()
+            .map(|b| b.base_sequence)
+            .collect();
+        assert_eq!(bases, [i32::MAX - 1, 0, 3]);
+        assert_eq!(sequenced(&out), seq(7, 0, i32::MAX - 1, 6));
+    }
+
+    #[test]
+    fn renumber_refuses_a_truncated_entry() {
+        let first = numbered(2, Compression::None);
+        let entry = concat(&[&first, &numbered(3, Compression::Snappy)]);
+        assert_eq!(renumber(&Bytes::new(), 5), Some(Bytes::new()));
+        for cut in (1..entry.len()).filter(|cut| *cut != first.len()) {
+            assert_eq!(renumber(&entry.slice(..cut), 5), None, "cut at {cut}");
+        }
+        let short = with_bytes(&first, BATCH_LENGTH, &40i32.to_be_bytes());
+        assert_eq!(
+            renumber(&short.slice(..52), 5),
+            None,
+            "header cut by its own length"
+        );
     }
 
     #[test]

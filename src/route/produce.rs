@@ -187,7 +187,6 @@ pub fn plan(
                 part,
                 partition,
                 moved,
-                numbered: None,
             });
         }
         routes.push(topic_routes);
@@ -238,7 +237,6 @@ pub fn plan(
                 .collect(),
             topics: topics.into_iter().map(|(name, _)| name).collect(),
             routes,
-            owner: None,
         }) as Box<dyn Merge>
     });
     Plan::Split(Split { parts, merge })
@@ -278,6 +276,7 @@ pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -
     Some(frame.freeze())
 }
 
+mod answers;
 mod merge;
 mod sequenced;
 #[cfg(test)]

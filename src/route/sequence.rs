@@ -17,6 +17,10 @@
 //! - a lane switches to a client's newer epoch (sequences restart at 0) only when nothing of
 //!   the older epoch is still unanswered or waiting for a retry there, so the broker never sees
 //!   the older epoch after the newer one;
+//! - a lane numbers a batch only while every unresolved batch there is among the last four it
+//!   numbered: a broker deduplicates a retry only against the last five batches it appended;
+//! - a lane's first batch (per epoch) goes alone until it is acknowledged: a broker with no
+//!   state for the producer appends any sequence, so a later batch could get in before it;
 //! - OUT_OF_ORDER_SEQUENCE_NUMBER caused by kroute's numbering (a batch overtook its lane
 //!   predecessor, or follows a hole) is reported as a retriable REQUEST_TIMED_OUT, so the
 //!   client retries instead of resetting its producer state.
@@ -50,6 +54,9 @@ pub mod code {
 /// per partition; the rest are recent ones whose retry is answered from memory.
 const REMEMBERED_PER_PARTITION: usize = 16;
 
+/// Batches a broker remembers per (producer, partition) to answer a retry as a duplicate.
+const BROKER_REMEMBERS: usize = 5;
+
 /// A topic partition: (topic name, partition index).
 pub type TopicPartition = (Bytes, i32);
 
@@ -68,8 +75,13 @@ pub struct BatchKey {
 /// What to do with a client batch before choosing where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
-    /// A retry of a batch still unresolved: send it to `target` with base sequence `seq` again.
+    /// A retry of a batch whose earlier attempt failed: send it to `target` with base sequence
+    /// `seq` again.
     Resend { target: i32, seq: i32 },
+    /// A retry of a batch whose earlier attempt is still on its way: one copy on the wire at a
+    /// time (its answer, or its connection's end, always resolves it), so the client retries
+    /// again later.
+    StillInFlight,
     /// A retry of a batch the broker has acknowledged: answer success without sending.
     Acknowledged,
     /// A batch to place afresh.
@@ -113,6 +125,10 @@ struct Lane {
     abandoned_at: Option<i32>,
     /// The number after the highest batch acknowledged in this epoch.
     acked_end: Option<i32>,
+    /// The first numbers of the last batches numbered in this epoch (at most
+    /// BROKER_REMEMBERS - 1): a retry is deduplicated only if it is among the last
+    /// BROKER_REMEMBERS batches the broker appended.
+    numbered: VecDeque<i32>,
 }
 
 impl Lane {
@@ -125,6 +141,7 @@ impl Lane {
             hole_at: None,
             abandoned_at: None,
             acked_end: None,
+            numbered: VecDeque::new(),
         }
     }
 
@@ -133,7 +150,13 @@ impl Lane {
             return false;
         }
         match self.epoch.cmp(&epoch) {
-            std::cmp::Ordering::Equal => self.abandoned_at.is_none(),
+            // A broker with no state for the producer appends any sequence: until one batch
+            // is known appended, a batch that overtook a lost first one would get in and
+            // shut it out. So the first batch goes alone.
+            std::cmp::Ordering::Equal => {
+                self.abandoned_at.is_none()
+                    && (self.acked_end.is_some() || self.in_flight + self.pending == 0)
+            }
             std::cmp::Ordering::Less => self.in_flight == 0 && self.pending == 0,
             std::cmp::Ordering::Greater => false,
         }
@@ -159,6 +182,17 @@ struct ClientPartition {
 /// Adds `n` to a sequence number the way Kafka does: after i32::MAX comes 0.
 pub fn advance(seq: i32, n: i32) -> i32 {
     ((i64::from(seq) + i64::from(n)) % (i64::from(i32::MAX) + 1)) as i32
+}
+
+/// Whether `seq` comes after `from` in a lane's numbering, which wraps after i32::MAX.
+fn after(seq: i32, from: i32) -> bool {
+    let distance = (i64::from(seq) - i64::from(from)).rem_euclid(i64::from(i32::MAX) + 1);
+    distance > 0 && distance < 1 << 30
+}
+
+/// The earlier of a lane's mark (if any) and `seq`.
+fn earliest(mark: Option<i32>, seq: i32) -> i32 {
+    mark.filter(|m| after(seq, *m)).unwrap_or(seq)
 }
 
 /// The sequence state of one owned producer (one producer id, all its epochs).
@@ -189,7 +223,7 @@ impl Producer {
                         && lane.epoch == a.epoch
                     {
                         lane.count(State::Pending, -1);
-                        lane.abandoned_at = Some(lane.abandoned_at.map_or(a.seq, |s| s.min(a.seq)));
+                        lane.abandoned_at = Some(earliest(lane.abandoned_at, a.seq));
                     }
                     a.state = State::Dead;
                 }
@@ -209,14 +243,13 @@ impl Producer {
                 client.recent.remove(i);
                 Lookup::Fresh
             }
-            State::InFlight | State::Pending => {
+            State::InFlight => Lookup::StillInFlight,
+            State::Pending => {
                 let (target, seq) = (a.target, a.seq);
-                if a.state == State::Pending {
-                    a.state = State::InFlight;
-                    if let Some(lane) = self.lanes.get_mut(&(key.topic.clone(), target)) {
-                        lane.count(State::Pending, -1);
-                        lane.count(State::InFlight, 1);
-                    }
+                a.state = State::InFlight;
+                if let Some(lane) = self.lanes.get_mut(&(key.topic.clone(), target)) {
+                    lane.count(State::Pending, -1);
+                    lane.count(State::InFlight, 1);
                 }
                 Lookup::Resend { target, seq }
             }
@@ -226,15 +259,33 @@ impl Producer {
     /// Whether a fresh batch of `epoch` may be numbered on partition `target` of `topic` now.
     pub fn lane_takes(&self, topic: &Bytes, target: i32, epoch: i16) -> bool {
         // A lookup by borrowed key would need the tuple; partitions are few, so build it.
+        let tp = (topic.clone(), target);
         self.lanes
-            .get(&(topic.clone(), target))
-            .is_none_or(|lane| lane.takes(epoch))
+            .get(&tp)
+            .is_none_or(|lane| lane.takes(epoch) && self.remembered(&tp, lane))
+    }
+
+    /// Whether every unresolved batch of `lane` is among its last BROKER_REMEMBERS - 1
+    /// numbered, so that the broker still remembers it after one more is appended.
+    fn remembered(&self, tp: &TopicPartition, lane: &Lane) -> bool {
+        lane.in_flight + lane.pending == 0
+            || self
+                .clients
+                .iter()
+                .filter(|(c, _)| c.0 == tp.0)
+                .flat_map(|(_, c)| &c.recent)
+                .filter(|a| a.target == tp.1 && a.epoch == lane.epoch)
+                .filter(|a| matches!(a.state, State::InFlight | State::Pending))
+                .all(|a| lane.numbered.contains(&a.seq))
     }
 
     /// Numbers a fresh batch on `target` (which must take it: see [`Producer::lane_takes`]).
     /// None if the client has too many unresolved batches on its partition to remember one
     /// more, or the lane does not take the batch.
     pub fn assign(&mut self, key: &BatchKey, target: i32) -> Option<i32> {
+        if !self.lane_takes(&key.topic, target, key.epoch) {
+            return None;
+        }
         let client = self.clients.get_mut(&(key.topic.clone(), key.partition))?;
         if client.recent.len() >= REMEMBERED_PER_PARTITION {
             let resolved = client
@@ -247,15 +298,16 @@ impl Producer {
             .lanes
             .entry((key.topic.clone(), target))
             .or_insert_with(|| Lane::new(key.epoch));
-        if !lane.takes(key.epoch) {
-            return None;
-        }
         if lane.epoch < key.epoch {
             *lane = Lane::new(key.epoch);
         }
         let seq = lane.next;
         lane.next = advance(seq, key.records);
         lane.count(State::InFlight, 1);
+        lane.numbered.push_back(seq);
+        if lane.numbered.len() >= BROKER_REMEMBERS {
+            lane.numbered.pop_front();
+        }
         client.recent.push_back(Assignment {
             epoch: key.epoch,
             base: key.base,
@@ -272,17 +324,21 @@ impl Producer {
     /// to the client.
     pub fn resolve(&mut self, key: &BatchKey, target: i32, seq: i32, error: i16) -> i16 {
         let tp = (key.topic.clone(), target);
-        let Some(a) = self
+        let Some((client_epoch, a)) = self
             .clients
             .get_mut(&(key.topic.clone(), key.partition))
             .and_then(|c| {
-                c.recent.iter_mut().find(|a| {
-                    a.epoch == key.epoch
-                        && a.base == key.base
-                        && a.records == key.records
-                        && a.target == target
-                        && a.seq == seq
-                })
+                let client_epoch = c.epoch;
+                c.recent
+                    .iter_mut()
+                    .find(|a| {
+                        a.epoch == key.epoch
+                            && a.base == key.base
+                            && a.records == key.records
+                            && a.target == target
+                            && a.seq == seq
+                    })
+                    .map(|a| (client_epoch, a))
             })
         else {
             // Forgotten meanwhile (the client moved on): report what the broker said.
@@ -292,18 +348,18 @@ impl Producer {
             return error;
         };
         let was = a.state;
-        let (now, reported) = match error {
+        let (mut now, reported) = match error {
             code::NONE | code::DUPLICATE_SEQUENCE_NUMBER => {
                 let end = advance(seq, a.records);
-                lane.acked_end = Some(lane.acked_end.map_or(end, |e| e.max(end)));
+                lane.acked_end = Some(lane.acked_end.filter(|e| after(*e, end)).unwrap_or(end));
                 (State::Acked, error)
             }
             _ if was == State::Acked => (State::Acked, code::NONE),
             code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
-                if lane.hole_at.is_some_and(|h| seq > h) {
+                if lane.hole_at.is_some_and(|h| after(seq, h)) {
                     // Behind a refused batch: renumbered when the client retries.
                     (State::Dead, code::REQUEST_TIMED_OUT)
-                } else if lane.abandoned_at.is_some_and(|h| seq > h)
+                } else if lane.abandoned_at.is_some_and(|h| after(seq, h))
                     || lane.acked_end.unwrap_or(0) == seq
                 {
                     // Everything before it is appended (or unknowable): the broker's view
@@ -325,12 +381,18 @@ impl Producer {
             | code::INVALID_REQUIRED_ACKS
             | code::INVALID_PRODUCER_EPOCH => {
                 // Refused before appending: a hole in the lane.
-                lane.hole_at = Some(lane.hole_at.map_or(seq, |h| h.min(seq)));
+                lane.hole_at = Some(earliest(lane.hole_at, seq));
                 (State::Dead, error)
             }
             // Anything else may or may not have been appended: resend the same numbers.
             _ => (State::Pending, error),
         };
+        if now == State::Pending && a.epoch < client_epoch {
+            // The client moved this partition to a newer epoch meanwhile: it will not retry
+            // the batch, abandoned as in `lookup`.
+            lane.abandoned_at = Some(earliest(lane.abandoned_at, seq));
+            now = State::Dead;
+        }
         if was != now {
             lane.count(was, -1);
             lane.count(now, 1);
@@ -353,7 +415,7 @@ impl Producer {
         let lane_clients = self.clients.iter_mut().filter(|(c, _)| c.0 == tp.0);
         for (_, client) in lane_clients {
             for a in client.recent.iter_mut() {
-                if a.target == tp.1 && a.epoch == lane.epoch && a.seq >= hole {
+                if a.target == tp.1 && a.epoch == lane.epoch && !after(hole, a.seq) {
                     if a.state == State::Pending {
                         lane.count(State::Pending, -1);
                     }
@@ -365,6 +427,7 @@ impl Producer {
         }
         lane.next = hole;
         lane.hole_at = None;
+        lane.numbered.retain(|s| after(hole, *s));
     }
 
     /// Client batches currently unresolved (for tests and metrics).

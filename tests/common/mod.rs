@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod librdkafka;
+pub mod slow;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -6,12 +6,9 @@
 //!   and without `current_leader` (it describes the other partition);
 //! - errors from the target are reported under the client's partition, so the client retries;
 //!   a part whose broker went away is NETWORK_EXCEPTION;
-//! - a renumbered batch's result first goes through its producer's sequence state, which
-//!   records it and may turn a sequence error kroute caused into a retriable one;
 //! - `throttle_time_ms` is the largest of the parts'.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
@@ -20,11 +17,9 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
-use crate::metrics::SequenceMetrics;
 use crate::protocol::header::split_response;
 use crate::route::Merge;
-use crate::route::producers::OwnedProducer;
-use crate::route::sequence::{BatchKey, code};
+use crate::route::sequence::code::NETWORK_EXCEPTION;
 use crate::upstream::Reply;
 
 /// Where one partition entry of the client's request went.
@@ -35,19 +30,9 @@ pub enum Route {
         part: usize,
         partition: i32,
         moved: bool,
-        /// The batch's numbers, when kroute renumbered it.
-        numbered: Option<Numbered>,
     },
     /// Answered by kroute without sending (e.g. a retry of a batch already appended).
     Local { error: i16 },
-}
-
-/// How kroute numbered one client batch.
-#[derive(Debug, Clone)]
-pub struct Numbered {
-    pub key: BatchKey,
-    pub target: i32,
-    pub seq: i32,
 }
 
 /// Merges the answers of a split Produce request back into the client's partitions.
@@ -58,17 +43,9 @@ pub struct ProduceMerge {
     /// The client's partitions, per topic, in its order.
     pub original: Vec<Vec<i32>>,
     pub routes: Vec<Vec<Route>>,
-    /// The producer whose batches were renumbered, if any.
-    pub owner: Option<Owner>,
 }
 
-/// The owned producer of a request with renumbered batches.
-pub struct Owner {
-    pub producer: Arc<OwnedProducer>,
-    pub metrics: SequenceMetrics,
-}
-
-fn no_answer(error: i16) -> PartitionProduceResponse {
+pub fn no_answer(error: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
         .with_error_code(error)
         .with_base_offset(-1)
@@ -105,7 +82,6 @@ impl Merge for ProduceMerge {
                 }
             }
         }
-        let mut sequences = self.owner.as_ref().map(|o| (o.producer.lock(), &o.metrics));
         let responses = self
             .topics
             .iter()
@@ -122,29 +98,9 @@ impl Merge for ProduceMerge {
                                 part,
                                 partition,
                                 moved,
-                                numbered,
                             } => {
                                 let answer = found.remove(&(*part, name.as_str(), *partition));
-                                let mut p =
-                                    answer.unwrap_or_else(|| no_answer(code::NETWORK_EXCEPTION));
-                                if let (Some(n), Some((state, metrics))) =
-                                    (numbered, sequences.as_mut())
-                                {
-                                    let said = p.error_code;
-                                    let reported =
-                                        state.sequences.resolve(&n.key, n.target, n.seq, said);
-                                    if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
-                                        match reported {
-                                            code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
-                                                metrics.sequence_errors_passed.increment(1)
-                                            }
-                                            _ => metrics.sequence_errors_hidden.increment(1),
-                                        }
-                                    }
-                                    if reported != said {
-                                        p = no_answer(reported);
-                                    }
-                                }
+                                let mut p = answer.unwrap_or_else(|| no_answer(NETWORK_EXCEPTION));
                                 if *moved {
                                     p.base_offset = -1;
                                     p.log_start_offset = -1;
@@ -162,7 +118,6 @@ impl Merge for ProduceMerge {
                     .with_partition_responses(partition_responses)
             })
             .collect();
-        drop(sequences);
         let merged = ProduceResponse::default()
             .with_responses(responses)
             .with_throttle_time_ms(throttle)

@@ -21,8 +21,9 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use tokio::sync::oneshot;
 
-use super::merge::{Numbered, Owner, ProduceMerge, Route};
-use super::{PARTITION_CURSOR, destination, encode_part};
+use super::answers::{Numbered, record_when_answered};
+use super::merge::{ProduceMerge, Route};
+use super::{PARTITION_CURSOR, encode_part};
 use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
@@ -95,6 +96,8 @@ pub(super) fn plan(
     state.touch(now);
     let mut destinations: Vec<(i32, Vec<TopicProduceData>)> = Vec::new();
     let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
+    // The renumbered batches of each part, to record its answer.
+    let mut numbered_in: Vec<Vec<Numbered>> = Vec::new();
     let mut budget = InspectBudget::per_request();
 
     for (name, topic) in &topics {
@@ -189,11 +192,16 @@ pub(super) fn plan(
                             .routing
                             .moved(name_str, home, node, count, records.len());
                     }
-                    let numbered = Numbered { key, target, seq };
+                    let numbered = Numbered {
+                        topic: name.clone(),
+                        key,
+                        target,
+                        seq,
+                    };
                     (node, target, Some(records), Some(numbered))
                 }
             };
-            let part = destination(&mut destinations, node);
+            let part = destination_without(&mut destinations, node, name, partition);
             let topic_data = &mut destinations[part].1;
             if topic_data.last().is_none_or(|t| t.name != *name) {
                 topic_data.push(TopicProduceData::default().with_name(name.clone()));
@@ -205,18 +213,22 @@ pub(super) fn plan(
                         .with_records(records),
                 );
             }
+            if let Some(n) = numbered {
+                numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
+                numbered_in[part].push(n);
+            }
             topic_routes.push(Route::Part {
                 part,
                 partition,
                 moved: partition != entry.index,
-                numbered,
             });
         }
         routes.push(topic_routes);
     }
 
     let mut parts = Vec::with_capacity(destinations.len());
-    for (node_id, topic_data) in destinations {
+    numbered_in.resize_with(destinations.len(), Vec::new);
+    for ((node_id, topic_data), numbered) in destinations.into_iter().zip(numbered_in) {
         let body = ProduceRequest::default()
             .with_acks(acks)
             .with_timeout_ms(timeout_ms)
@@ -236,6 +248,12 @@ pub(super) fn plan(
             // A full or closed connection drops the reply: the part then fails retriably.
             let _ = state.link(proxy, node_id, &addr).try_send(out);
         }
+        let sent = if numbered.is_empty() {
+            sent
+        } else {
+            let metrics = counters.clone();
+            record_when_answered(owner.clone(), metrics, head.api_version, numbered, sent)
+        };
         parts.push(Part {
             node_id,
             frame,
@@ -252,15 +270,37 @@ pub(super) fn plan(
             .collect(),
         topics: topics.into_iter().map(|(name, _)| name).collect(),
         routes,
-        owner: Some(Owner {
-            producer: owner,
-            metrics: counters.clone(),
-        }),
     };
     Plan::Split(Split {
         parts,
         merge: Some(Box::new(merge) as Box<dyn Merge>),
     })
+}
+
+/// The part for `node` that does not name `partition` of `topic` yet (a Produce request may
+/// name a partition only once: a retry resent to a partition the client also names in this
+/// request goes in a second request to the same broker, behind the first on the same
+/// connection).
+fn destination_without(
+    destinations: &mut Vec<(i32, Vec<TopicProduceData>)>,
+    node: i32,
+    topic: &TopicName,
+    partition: i32,
+) -> usize {
+    let names = |data: &[TopicProduceData]| {
+        data.iter()
+            .filter(|t| t.name == *topic)
+            .flat_map(|t| &t.partition_data)
+            .any(|p| p.index == partition)
+    };
+    if let Some(i) = destinations
+        .iter()
+        .position(|(n, data)| *n == node && !names(data))
+    {
+        return i;
+    }
+    destinations.push((node, Vec::new()));
+    destinations.len() - 1
 }
 
 /// What placing one entry needs to see.
@@ -289,10 +329,14 @@ impl Place<'_, '_> {
                 counters.answered_from_memory.increment(1);
                 Placement::Local(code::NONE)
             }
+            Lookup::StillInFlight => {
+                counters.busy.increment(1);
+                Placement::Local(code::REQUEST_TIMED_OUT)
+            }
             Lookup::Resend { target, seq } => {
-                let node = self.node_of(key.partition, target);
-                let free = target == key.partition || self.used.insert(target);
-                match node.filter(|_| free) {
+                // (A partition this request names already goes out in a part of its own.)
+                self.used.insert(target);
+                match self.node_of(key.partition, target) {
                     Some(node) => {
                         counters.resent.increment(1);
                         Placement::Numbered {
@@ -303,8 +347,7 @@ impl Place<'_, '_> {
                             records: records.clone(),
                         }
                     }
-                    // Its partition has no known leader (or is taken in this request): the
-                    // client retries again later.
+                    // Its partition has no known leader: the client retries again later.
                     None => Placement::Local(self.state.sequences.resolve(
                         &key,
                         target,

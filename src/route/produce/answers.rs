@@ -1,0 +1,258 @@
+//! Recording a broker's answer to renumbered batches in their producer's sequence state.
+//!
+//! Each part carrying renumbered batches gets a small task that waits for the broker's answer
+//! (or the end of the producer connection), records every batch's outcome under the
+//! producer's lock, and only then hands the answer on towards the client. So a batch's state
+//! follows what happened on the wire even if the client connection that sent it is gone: a
+//! batch is "in flight" exactly while a copy of it is unanswered.
+//!
+//! Recording may change the error code the client sees: an OUT_OF_ORDER_SEQUENCE_NUMBER that
+//! kroute's numbering caused becomes REQUEST_TIMED_OUT ([`crate::route::sequence`]).
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::sync::oneshot;
+use tracing::warn;
+
+use crate::metrics::SequenceMetrics;
+use crate::protocol::header::split_response;
+use crate::route::producers::OwnedProducer;
+use crate::route::sequence::{BatchKey, Producer, code};
+use crate::upstream::{Reply, UpstreamGone};
+
+/// How kroute numbered one client batch of a part.
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub topic: TopicName,
+    pub key: BatchKey,
+    pub target: i32,
+    pub seq: i32,
+}
+
+/// Waits for `answer`, records it, and passes it on through the returned receiver.
+pub fn record_when_answered(
+    owner: Arc<OwnedProducer>,
+    metrics: SequenceMetrics,
+    version: i16,
+    batches: Vec<Numbered>,
+    answer: oneshot::Receiver<Reply>,
+) -> oneshot::Receiver<Reply> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let answer = answer.await.unwrap_or(Err(UpstreamGone));
+        let recorded = {
+            let mut state = owner.lock();
+            record(&mut state.sequences, &metrics, version, &batches, answer)
+        };
+        let _ = tx.send(recorded);
+    });
+    rx
+}
+
+/// Records one part's answer for its renumbered `batches`; returns the answer to pass on,
+/// with error codes as the client must see them.
+pub fn record(
+    sequences: &mut Producer,
+    metrics: &SequenceMetrics,
+    version: i16,
+    batches: &[Numbered],
+    answer: Reply,
+) -> Reply {
+    let header_version = ApiKey::Produce.response_header_version(version);
+    let decoded = answer.as_ref().ok().and_then(|payload| {
+        let (header, mut body) = split_response(payload, header_version).ok()?;
+        Some((header, ProduceResponse::decode(&mut body, version).ok()?))
+    });
+    let Some((header, mut response)) = decoded else {
+        // No answer (or none kroute can read): each batch may or may not be appended.
+        for b in batches {
+            sequences.resolve(&b.key, b.target, b.seq, code::NETWORK_EXCEPTION);
+        }
+        return Err(UpstreamGone);
+    };
+    for b in batches {
+        let found = response
+            .responses
+            .iter_mut()
+            .filter(|t| t.name == b.topic)
+            .flat_map(|t| t.partition_responses.iter_mut())
+            .find(|p| p.index == b.target);
+        let Some(p) = found else {
+            sequences.resolve(&b.key, b.target, b.seq, code::NETWORK_EXCEPTION);
+            continue;
+        };
+        let said = p.error_code;
+        let reported = sequences.resolve(&b.key, b.target, b.seq, said);
+        if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
+            if reported == said {
+                metrics.sequence_errors_passed.increment(1);
+                warn!(
+                    topic = %b.topic.as_str(),
+                    partition = b.target,
+                    sequence = b.seq,
+                    epoch = b.key.epoch,
+                    "a broker refused kroute's numbering where nothing was missing before it; \
+                     the client resets its producer state"
+                );
+            } else {
+                metrics.sequence_errors_hidden.increment(1);
+            }
+        }
+        if reported != said {
+            p.error_code = reported;
+            p.error_message = None;
+            p.base_offset = -1;
+            p.log_append_time_ms = -1;
+            p.log_start_offset = -1;
+            p.record_errors.clear();
+        }
+    }
+    let mut out = BytesMut::with_capacity(header.len() + 64);
+    out.extend_from_slice(&header);
+    if response.encode(&mut out, version).is_err() {
+        return Err(UpstreamGone);
+    }
+    Ok(out.freeze())
+}
+
+/// An answer for tests: one topic, (partition, error) pairs.
+#[cfg(test)]
+pub fn answer_for_tests(version: i16, topic: &TopicName, partitions: &[(i32, i16)]) -> Reply {
+    use bytes::{BufMut, Bytes};
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    let response = ProduceResponse::default().with_responses(vec![
+        TopicProduceResponse::default()
+            .with_name(topic.clone())
+            .with_partition_responses(
+                partitions
+                    .iter()
+                    .map(|(i, e)| {
+                        PartitionProduceResponse::default()
+                            .with_index(*i)
+                            .with_error_code(*e)
+                    })
+                    .collect(),
+            ),
+    ]);
+    let mut out = BytesMut::new();
+    out.put_i32(7);
+    if ApiKey::Produce.response_header_version(version) >= 1 {
+        out.put_u8(0);
+    }
+    response
+        .encode(&mut out, version)
+        .map_err(|_| UpstreamGone)?;
+    Ok::<Bytes, UpstreamGone>(out.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::route::sequence::Lookup;
+
+    const VERSION: i16 = 11;
+
+    fn topic() -> TopicName {
+        TopicName(StrBytes::from_static_str("t"))
+    }
+
+    fn key(partition: i32, base: i32) -> BatchKey {
+        BatchKey {
+            topic: Bytes::from_static(b"t"),
+            partition,
+            epoch: 0,
+            base,
+            records: 2,
+        }
+    }
+
+    fn numbered(p: &mut Producer, k: &BatchKey, target: i32) -> Numbered {
+        assert_eq!(p.lookup(k), Lookup::Fresh);
+        let seq = p.assign(k, target).expect("lane takes it");
+        Numbered {
+            topic: topic(),
+            key: k.clone(),
+            target,
+            seq,
+        }
+    }
+
+    fn errors(answer: &Reply) -> Vec<(i32, i16)> {
+        let header_version = ApiKey::Produce.response_header_version(VERSION);
+        let payload = answer.as_ref().expect("an answer");
+        let (_, mut body) = split_response(payload, header_version).expect("header");
+        let r = ProduceResponse::decode(&mut body, VERSION).expect("body");
+        r.responses[0]
+            .partition_responses
+            .iter()
+            .map(|p| (p.index, p.error_code))
+            .collect()
+    }
+
+    #[test]
+    fn an_overtaking_batch_is_reported_retriable_and_an_appended_one_as_it_was() {
+        let metrics = Metrics::new().sequencing;
+        let mut p = Producer::default();
+        // The lane's first batch goes alone; once acknowledged, two more share the lane.
+        let first = numbered(&mut p, &key(0, 0), 0);
+        let ok = answer_for_tests(VERSION, &topic(), &[(0, 0)]);
+        assert!(record(&mut p, &metrics, VERSION, &[first], ok).is_ok());
+        let a = numbered(&mut p, &key(0, 2), 0);
+        let b = numbered(&mut p, &key(1, 0), 0);
+        // b overtook a (different parts): the broker refuses b's numbers for now.
+        let answer = answer_for_tests(
+            VERSION,
+            &topic(),
+            &[(0, code::OUT_OF_ORDER_SEQUENCE_NUMBER)],
+        );
+        let passed = record(&mut p, &metrics, VERSION, std::slice::from_ref(&b), answer);
+        assert_eq!(errors(&passed), vec![(0, code::REQUEST_TIMED_OUT)]);
+        let answer = answer_for_tests(VERSION, &topic(), &[(0, 0)]);
+        assert_eq!(
+            errors(&record(&mut p, &metrics, VERSION, &[a], answer)),
+            vec![(0, 0)]
+        );
+        // b's retry goes out again with the same numbers.
+        assert_eq!(
+            p.lookup(&b.key),
+            Lookup::Resend {
+                target: 0,
+                seq: b.seq
+            }
+        );
+    }
+
+    #[test]
+    fn a_lost_answer_leaves_every_batch_of_the_part_to_be_resent() {
+        let metrics = Metrics::new().sequencing;
+        let mut p = Producer::default();
+        let a = numbered(&mut p, &key(0, 0), 0);
+        let b = numbered(&mut p, &key(1, 0), 1);
+        assert!(
+            record(
+                &mut p,
+                &metrics,
+                VERSION,
+                &[a.clone(), b.clone()],
+                Err(UpstreamGone)
+            )
+            .is_err()
+        );
+        for n in [a, b] {
+            let resend = Lookup::Resend {
+                target: n.target,
+                seq: n.seq,
+            };
+            assert_eq!(p.lookup(&n.key), resend);
+        }
+    }
+}

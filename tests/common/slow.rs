@@ -1,0 +1,82 @@
+//! A slow broker 2 for routing tests, and how to measure where produce bytes went.
+//!
+//! The test cluster runs in "relayed" mode (scripts/cluster.sh), where every broker advertises
+//! the address of a delaying relay in front of it, so every client, direct or through kroute,
+//! and every follower replicating from it, sees the delay. `cluster.sh delay 2 MS` makes broker
+//! 2 answer MS later (no netem on this kernel, hence a relay). Tests that use it change shared
+//! state, so the tests of one binary take [`slow_world`]'s lock and reset the delay when done.
+
+use std::sync::{Mutex, MutexGuard};
+
+use super::*;
+
+/// Serialises the tests of one binary: they share broker 2's delay.
+static SLOW_BROKER: Mutex<()> = Mutex::new(());
+
+/// Makes broker 2 slow for as long as it lives.
+pub struct SlowBroker;
+
+impl SlowBroker {
+    pub fn set(ms: u32) {
+        cluster(&["delay", "2", &ms.to_string()]);
+    }
+}
+
+impl Drop for SlowBroker {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(repo_root().join("scripts/cluster.sh"))
+            .args(["delay", "2", "0"])
+            .status();
+    }
+}
+
+/// One test's world: the binary's lock, kroute routing topics `route-*`, broker 2 slow by 40 ms.
+pub struct SlowWorld {
+    pub kroute: Kroute,
+    _reset: SlowBroker,
+    _serial: MutexGuard<'static, ()>,
+}
+
+pub fn slow_world() -> SlowWorld {
+    slow_world_with("")
+}
+
+/// [`slow_world`] with more kroute configuration (keys of `[routing]` first).
+pub fn slow_world_with(routing_toml: &str) -> SlowWorld {
+    let serial = SLOW_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let kroute = Kroute::start_with(KrouteOptions {
+        extra_toml: format!(
+            "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"route-*\"]\n{routing_toml}"
+        ),
+        ..Default::default()
+    });
+    SlowBroker::set(40);
+    SlowWorld {
+        kroute,
+        _reset: SlowBroker,
+        _serial: serial,
+    }
+}
+
+/// Produce bytes kroute sent to each broker so far.
+pub fn produce_bytes(k: &Kroute) -> [f64; 3] {
+    let text = k.metrics();
+    [1, 2, 3].map(|b| {
+        metric_sum(
+            &text,
+            "kroute_upstream_produce_bytes_total",
+            &[&format!("broker=\"{b}\"")],
+        )
+    })
+}
+
+/// Broker 2's share of the produce bytes sent between two readings of [`produce_bytes`].
+pub fn share_of_broker_2(before: [f64; 3], after: [f64; 3]) -> f64 {
+    let d: Vec<f64> = (0..3).map(|i| after[i] - before[i]).collect();
+    let total: f64 = d.iter().sum();
+    assert!(
+        total > 1e6,
+        "too little produce traffic through kroute: {d:?}"
+    );
+    d[1] / total
+}

@@ -1,0 +1,327 @@
+//! Moving the batches of idempotent producers (the Java default) with real clients and the
+//! real cluster: kroute renumbers them, and the client never sees a sequence error kroute
+//! caused, whatever happens to connections, leaders and single batches.
+//!
+//! The slow broker is broker 2 behind its delaying relay ([`common::slow`]); `cluster.sh cut N`
+//! closes every connection through broker N's relay (kroute's upstream connections included).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::librdkafka::{assert_exactly_once, consume_all};
+use common::slow::*;
+use common::*;
+
+/// What a Java client log or error says when a broker refused a batch's numbering.
+const SEQUENCE_ERRORS: [&str; 6] = [
+    "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    "OutOfOrderSequence",
+    "UNKNOWN_PRODUCER_ID",
+    "UnknownProducerId",
+    "INVALID_PRODUCER_EPOCH",
+    "InvalidProducerEpoch",
+];
+
+fn assert_no_sequence_errors(run: &JavaRun, kroute: &Kroute) {
+    let all = format!("{}\n{}", run.lines.join("\n"), run.stderr);
+    for e in SEQUENCE_ERRORS {
+        assert!(
+            !all.contains(e),
+            "the client saw {e}:\n{}",
+            all.lines()
+                .filter(|l| l.contains(e))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    let passed = kroute.metric(
+        "kroute_idempotent_batches_total",
+        &["outcome=\"sequence_error_passed\""],
+    );
+    assert_eq!(passed, 0.0, "kroute passed sequence errors to the client");
+}
+
+fn outcome(kroute: &Kroute, outcome: &str) -> f64 {
+    kroute.metric(
+        "kroute_idempotent_batches_total",
+        &[&format!("outcome=\"{outcome}\"")],
+    )
+}
+
+fn ids(acked: &[(String, i32)]) -> impl Iterator<Item = &str> {
+    acked.iter().map(|a| a.0.as_str())
+}
+
+/// Runs the Java producer with its defaults (idempotent, acks=all, 5 in flight) in the
+/// background: 1 KiB records, `count` of them at `per_second`.
+fn produce_in_background(
+    kroute: &Kroute,
+    topic: &str,
+    count: u32,
+    per_second: u32,
+    prefix: &str,
+) -> std::thread::JoinHandle<JavaRun> {
+    let args: Vec<String> = [
+        "produce",
+        "--bootstrap",
+        &kroute.bootstrap,
+        "--topic",
+        topic,
+        "--count",
+        &count.to_string(),
+        "--per-second",
+        &per_second.to_string(),
+        "--record-size",
+        "1024",
+        "--id-prefix",
+        prefix,
+        "--timeout-ms",
+        "120000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    std::thread::spawn(move || java(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
+fn assert_ok(run: &JavaRun) {
+    assert!(
+        run.ok,
+        "producer failed:\n{}\n--- stderr ---\n{}",
+        run.lines
+            .iter()
+            .rev()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        run.stderr
+    );
+}
+
+#[test]
+fn java_default_producer_batches_move_without_sequence_errors() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-idem");
+    create_topic_two_per_broker(&topic);
+
+    let before = produce_bytes(kroute);
+    let run = java_on(
+        "produce",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--count",
+            "20000",
+            "--record-size",
+            "1024",
+            "--id-prefix",
+            "ji-",
+        ],
+    );
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share with the idempotent Java producer: {share:.3}");
+    assert!(
+        share < 0.2,
+        "slow broker 2 got {share:.3} of the idempotent producer's bytes (equal: 0.33)"
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(outcome(kroute, "renumbered") > 0.0);
+    assert_eq!(run.count("errors"), 0);
+    assert_no_sequence_errors(&run, kroute);
+    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+
+    let acked = run.acks();
+    assert_eq!(acked.len(), 20000);
+    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
+    assert_exactly_once(ids(&acked), &consumed);
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
+fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-cut");
+    create_topic_two_per_broker(&topic);
+
+    let producer = produce_in_background(kroute, &topic, 15_000, 2_500, "jc-");
+    // Cut every broker's connections a few times while batches are in flight, each time
+    // once more batches went through since the last cut.
+    let mut seen = 0.0;
+    for round in 0..4 {
+        seen = wait_for(
+            "produce traffic between cuts",
+            Duration::from_secs(60),
+            || {
+                let now = outcome(kroute, "renumbered");
+                (now >= seen + 150.0).then_some(now)
+            },
+        );
+        cluster(&["cut", &(1 + round % 3).to_string()]);
+        cluster(&["cut", "2"]);
+    }
+    let run = producer.join().expect("producer thread");
+    assert_ok(&run);
+    assert_eq!(run.count("errors"), 0);
+    assert_no_sequence_errors(&run, kroute);
+    let retried = outcome(kroute, "resent") + outcome(kroute, "answered_from_memory");
+    assert!(
+        retried > 0.0,
+        "no client retry reached kroute: the cuts missed"
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+
+    let acked = run.acks();
+    assert_eq!(acked.len(), 15_000);
+    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
+    assert_exactly_once(ids(&acked), &consumed);
+    kroute.assert_clean_logs(&["upstream connection ended with requests in flight"]);
+}
+
+/// Restarts the killed broker however the test ends, so the cluster is left as found.
+struct RestartOnDrop(&'static str);
+
+impl Drop for RestartOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/cluster.sh"))
+            .args(["start-broker", self.0])
+            .status();
+    }
+}
+
+#[test]
+fn a_leader_killed_mid_flight_loses_and_duplicates_nothing() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-kill");
+    create_topic_two_per_broker(&topic);
+
+    let producer = produce_in_background(kroute, &topic, 20_000, 2_500, "jk-");
+    wait_for("produce traffic", Duration::from_secs(60), || {
+        (outcome(kroute, "renumbered") >= 300.0).then_some(())
+    });
+    let restart = RestartOnDrop("3");
+    cluster(&["kill-broker", "3"]);
+    let run = producer.join().expect("producer thread");
+    drop(restart);
+    assert_ok(&run);
+    assert_eq!(run.count("errors"), 0);
+    assert_no_sequence_errors(&run, kroute);
+
+    let acked = run.acks();
+    assert_eq!(acked.len(), 20_000);
+    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
+    assert_exactly_once(ids(&acked), &consumed);
+    kroute.assert_clean_logs(&[
+        "upstream connection ended with requests in flight",
+        "closing client connection: no upstream broker",
+        "metadata refresh failed",
+    ]);
+}
+
+#[test]
+fn a_batch_refused_as_too_large_does_not_stop_the_others() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-large");
+    create_topic(
+        &topic,
+        6,
+        &["max.message.bytes=100000", "min.insync.replicas=2"],
+    );
+
+    let run = java_on(
+        "produce",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--count",
+            "12000",
+            "--record-size",
+            "1024",
+            "--oversize-at",
+            "4000",
+            "--oversize-bytes",
+            "200000",
+            "--id-prefix",
+            "jl-",
+        ],
+    );
+    // The run succeeds only if the one failure is the oversize record's.
+    assert_eq!(
+        run.value("oversize-error").as_deref(),
+        Some("RecordTooLargeException")
+    );
+    assert_eq!(run.count("produced"), 11_999);
+    assert_no_sequence_errors(&run, kroute);
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+
+    let acked = run.acks();
+    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
+    assert_exactly_once(ids(&acked), &consumed);
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
+fn transactional_producers_are_untouched_by_renumbering() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-txn");
+    create_topic_two_per_broker(&topic);
+
+    let produce = |txn: &str, prefix: &str, abort: bool| {
+        let mut flags = vec![
+            "--count",
+            "2000",
+            "--transactional-id",
+            txn,
+            "--id-prefix",
+            prefix,
+        ];
+        if abort {
+            flags.push("--abort");
+        }
+        java_on("produce", &kroute.bootstrap, &topic, &flags)
+    };
+    let committed = produce(&unique("itx"), "tc-", false);
+    assert_eq!(committed.value("txn").as_deref(), Some("committed"));
+    let aborted = produce(&unique("itx"), "ta-", true);
+    assert_eq!(aborted.value("txn").as_deref(), Some("aborted"));
+
+    let acked = committed.acks();
+    let read = java_on(
+        "consume",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--expect",
+            &acked.len().to_string(),
+            "--isolation",
+            "read_committed",
+            "--extra-wait-ms",
+            "2000",
+        ],
+    );
+    let got: Vec<(String, i32)> = read
+        .records("rec")
+        .into_iter()
+        .map(|r| (r["id"].clone(), r["partition"].parse().unwrap_or(-1)))
+        .collect();
+    let mut expected = acked.clone();
+    expected.sort();
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    assert_eq!(
+        got_sorted, expected,
+        "read_committed must see exactly the committed records, each where the client put it"
+    );
+    assert_eq!(kroute.metric("kroute_batches_moved_total", &[]), 0.0);
+    assert_eq!(outcome(kroute, "renumbered"), 0.0);
+    assert!(kroute.metric("kroute_batches_kept_total", &["reason=\"transactional\""]) > 0.0);
+    kroute.assert_clean_logs(&[]);
+}
