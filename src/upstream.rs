@@ -41,12 +41,65 @@ pub type Reply = Result<Bytes, UpstreamGone>;
 #[error("upstream connection closed before the response arrived")]
 pub struct UpstreamGone;
 
+/// Something to do with an answer on the connection's reader, in the order answers arrive,
+/// before it goes on (e.g. recording renumbered batches' outcomes); it may change the answer.
+pub type AnswerHook = Box<dyn FnOnce(Reply) -> Reply + Send>;
+
 /// What the reader must do with the response to one request.
+///
+/// Whatever happens, the reply is delivered exactly once: with the answer, or with
+/// [`UpstreamGone`] if it is dropped unanswered (connection ended, request never sent).
 pub struct PendingReply {
     pub api_key: i16,
     pub api_version: i16,
     pub correlation_id: i32,
-    pub reply: oneshot::Sender<Reply>,
+    reply: Option<oneshot::Sender<Reply>>,
+    hook: Option<AnswerHook>,
+}
+
+impl PendingReply {
+    pub fn new(
+        api_key: i16,
+        api_version: i16,
+        correlation_id: i32,
+        reply: oneshot::Sender<Reply>,
+    ) -> Self {
+        Self {
+            api_key,
+            api_version,
+            correlation_id,
+            reply: Some(reply),
+            hook: None,
+        }
+    }
+
+    pub fn with_hook(mut self, hook: AnswerHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    fn deliver(mut self, answer: Reply) {
+        self.finish(answer);
+    }
+
+    fn finish(&mut self, answer: Reply) {
+        let answer = match self.hook.take() {
+            Some(hook) => hook(answer),
+            None => answer,
+        };
+        if let Some(reply) = self.reply.take() {
+            // The client may have gone; its reply slot is then simply dropped.
+            let _ = reply.send(answer);
+        }
+    }
+}
+
+impl Drop for PendingReply {
+    fn drop(&mut self) {
+        if self.hook.is_some() {
+            self.finish(Err(UpstreamGone));
+        }
+    }
 }
 
 /// A request to send, with the reply it expects (none for Produce with acks=0).
@@ -110,10 +163,10 @@ impl Upstream {
         self.tx.send(out).await.map_err(|_| UpstreamGone)
     }
 
-    /// Queues a request without waiting; fails if the connection is gone or its queue is full
-    /// (the request is then dropped, and so is its reply).
-    pub fn try_send(&self, out: Outbound) -> Result<(), UpstreamGone> {
-        self.tx.try_send(out).map_err(|_| UpstreamGone)
+    /// Queues a request without waiting; if the connection is gone or its queue is full, the
+    /// request comes back (dropping it fails its reply).
+    pub fn try_send(&self, out: Outbound) -> Result<(), Box<Outbound>> {
+        self.tx.try_send(out).map_err(|e| Box::new(e.into_inner()))
     }
 }
 
@@ -284,8 +337,7 @@ async fn read_responses(
                 );
             }
         };
-        // The client may have gone; its reply slot is then simply dropped.
-        let _ = pending.reply.send(Ok(payload));
+        pending.deliver(Ok(payload));
     };
     // Close first, so that nothing the writer queues from now on slips past the final drain.
     link.reader_done.store(true, Ordering::Relaxed);

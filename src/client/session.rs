@@ -225,12 +225,8 @@ async fn read_requests(
         let api = proxy.metrics.api(head.api_key);
         api.requests.increment(1);
         api.request_bytes.increment(4 + frame.len() as u64);
-        let pending = |reply| PendingReply {
-            api_key: head.api_key,
-            api_version: head.api_version,
-            correlation_id: head.correlation_id,
-            reply,
-        };
+        let pending =
+            |reply| PendingReply::new(head.api_key, head.api_version, head.correlation_id, reply);
         // Every reply slot is queued before its request leaves, so replies keep request order.
         if matches!(
             head.api(),

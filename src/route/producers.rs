@@ -32,6 +32,8 @@ const LINK_QUEUE: usize = 1024;
 /// What kroute keeps for one owned producer.
 pub struct ProducerState {
     pub sequences: Producer,
+    /// The oldest epoch kroute numbers; batches of older epochs are refused (adoption).
+    pub first_epoch: i16,
     links: HashMap<i32, Upstream>,
     last_used: Instant,
 }
@@ -92,6 +94,17 @@ impl Producers {
 
     /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
     pub fn own(&self, producer_id: i64, now: Instant) {
+        self.insert(producer_id, 0, now);
+    }
+
+    /// An idempotent producer kroute did not see start: owned from its next epoch on, if
+    /// there is room.
+    pub fn adopt(&self, producer_id: i64, epoch: i16, now: Instant) -> Option<Arc<OwnedProducer>> {
+        self.insert(producer_id, epoch.checked_add(1)?, now);
+        self.get(producer_id)
+    }
+
+    fn insert(&self, producer_id: i64, first_epoch: i16, now: Instant) {
         let mut map = self.map();
         if map.contains_key(&producer_id) {
             return;
@@ -105,6 +118,7 @@ impl Producers {
         }
         let state = ProducerState {
             sequences: Producer::default(),
+            first_epoch,
             links: HashMap::new(),
             last_used: now,
         };

@@ -106,6 +106,27 @@ impl Default for KrouteOptions {
     }
 }
 
+/// Starts kroute with `config`, copying its log lines to stderr and into `logs`.
+fn spawn_kroute(config: &std::path::Path, logs: &Arc<Mutex<Vec<String>>>) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kroute"))
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kroute");
+    let stderr = child.stderr.take().expect("kroute stderr");
+    let sink = logs.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[kroute] {line}");
+            sink.lock().unwrap().push(line);
+        }
+    });
+    child
+}
+
 /// kroute running as a child process; killed on drop.
 pub struct Kroute {
     child: Child,
@@ -150,23 +171,8 @@ impl Kroute {
         );
         let path = std::env::temp_dir().join(format!("{}.toml", unique("kroute-test")));
         std::fs::write(&path, toml).expect("write test config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kroute"))
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn kroute");
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().expect("kroute stderr");
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[kroute] {line}");
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let child = spawn_kroute(&path, &logs);
         let k = Kroute {
             child,
             logs,
@@ -178,6 +184,15 @@ impl Kroute {
         };
         k.wait_ready();
         k
+    }
+
+    /// Kills kroute (SIGKILL: a crash, nothing flushed) and starts it again with the same
+    /// configuration and ports; its log lines keep going to the same place.
+    pub fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_kroute(&self._config.0, &self.logs);
+        self.wait_ready();
     }
 
     /// Waits until /ready answers 200 and all three broker listeners accept.

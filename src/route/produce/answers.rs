@@ -1,10 +1,12 @@
 //! Recording a broker's answer to renumbered batches in their producer's sequence state.
 //!
-//! Each part carrying renumbered batches gets a small task that waits for the broker's answer
-//! (or the end of the producer connection), records every batch's outcome under the
-//! producer's lock, and only then hands the answer on towards the client. So a batch's state
-//! follows what happened on the wire even if the client connection that sent it is gone: a
-//! batch is "in flight" exactly while a copy of it is unanswered.
+//! Each part carrying renumbered batches has a hook on its pending reply ([`AnswerHook`]): the
+//! producer connection's reader runs it when the broker's answer arrives (or when the request
+//! is dropped unanswered), in the order the broker answered, and it records every batch's
+//! outcome under the producer's lock before the answer goes on towards the client. So a
+//! batch's state follows what happened on the wire even if the client connection that sent it
+//! is gone (a batch is "in flight" exactly while a copy of it is unanswered), and outcomes on
+//! one connection are recorded in the order the broker decided them.
 //!
 //! Recording may change the error code the client sees: an OUT_OF_ORDER_SEQUENCE_NUMBER that
 //! kroute's numbering caused becomes REQUEST_TIMED_OUT ([`crate::route::sequence`]).
@@ -14,14 +16,13 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::metrics::SequenceMetrics;
 use crate::protocol::header::split_response;
 use crate::route::producers::OwnedProducer;
 use crate::route::sequence::{BatchKey, Producer, code};
-use crate::upstream::{Reply, UpstreamGone};
+use crate::upstream::{AnswerHook, Reply, UpstreamGone};
 
 /// How kroute numbered one client batch of a part.
 #[derive(Debug, Clone)]
@@ -32,24 +33,17 @@ pub struct Numbered {
     pub seq: i32,
 }
 
-/// Waits for `answer`, records it, and passes it on through the returned receiver.
-pub fn record_when_answered(
+/// The hook that records a part's answer for its renumbered `batches`.
+pub fn recorder(
     owner: Arc<OwnedProducer>,
     metrics: SequenceMetrics,
     version: i16,
     batches: Vec<Numbered>,
-    answer: oneshot::Receiver<Reply>,
-) -> oneshot::Receiver<Reply> {
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let answer = answer.await.unwrap_or(Err(UpstreamGone));
-        let recorded = {
-            let mut state = owner.lock();
-            record(&mut state.sequences, &metrics, version, &batches, answer)
-        };
-        let _ = tx.send(recorded);
-    });
-    rx
+) -> AnswerHook {
+    Box::new(move |answer| {
+        let mut state = owner.lock();
+        record(&mut state.sequences, &metrics, version, &batches, answer)
+    })
 }
 
 /// Records one part's answer for its renumbered `batches`; returns the answer to pass on,

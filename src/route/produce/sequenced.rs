@@ -21,7 +21,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use tokio::sync::oneshot;
 
-use super::answers::{Numbered, record_when_answered};
+use super::answers::{Numbered, recorder};
 use super::merge::{ProduceMerge, Route};
 use super::{PARTITION_CURSOR, encode_part};
 use crate::cluster::TopicLayout;
@@ -34,9 +34,9 @@ use crate::route::sequence::{BatchKey, Lookup, code};
 use crate::route::{Merge, Part, Plan, Split};
 use crate::upstream::{Outbound, PendingReply};
 
-/// The owned producer whose batches fill this request, if kroute owns one: the producer id of
-/// the first idempotent batch in a routed topic. (acks=0 never comes from an idempotent
-/// producer; such batches are left alone.)
+/// The owned producer whose batches fill this request: the producer of the first idempotent
+/// batch in a routed topic, adopted if kroute did not see it start ([`crate::route::producers`]).
+/// (acks=0 never comes from an idempotent producer; such batches are left alone.)
 pub(super) fn owner(
     proxy: &Proxy,
     acks: i16,
@@ -46,13 +46,20 @@ pub(super) fn owner(
     if acks == 0 || !routing.routes_idempotent() {
         return None;
     }
-    let producer_id = topics
+    let first = topics
         .iter()
         .filter(|(name, _)| routing.routes_topic(name.as_str()))
         .flat_map(|(_, t)| &t.partitions)
-        .find_map(|p| sequenced(p.records.as_ref()?))?
-        .producer_id;
-    Some((producer_id, proxy.router.producers.get(producer_id)?))
+        .find_map(|p| sequenced(p.records.as_ref()?))?;
+    let producers = &proxy.router.producers;
+    let owned = producers.get(first.producer_id).or_else(|| {
+        let adopted = producers.adopt(first.producer_id, first.epoch, Instant::now());
+        if adopted.is_some() {
+            proxy.metrics.sequencing.adopted.increment(1);
+        }
+        adopted
+    })?;
+    Some((first.producer_id, owned))
 }
 
 /// Where one partition entry goes.
@@ -115,6 +122,10 @@ pub(super) fn plan(
                 .and_then(sequenced)
                 .filter(|s| s.producer_id == producer_id);
             let placement = match (records, numbering) {
+                (Some(_), Some(s)) if s.epoch < state.first_epoch => {
+                    // Adoption: the client must move to a new epoch first.
+                    Placement::Local(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                }
                 (Some(records), Some(s)) => {
                     let key = BatchKey {
                         topic: topic.name.clone(),
@@ -227,6 +238,9 @@ pub(super) fn plan(
     }
 
     let mut parts = Vec::with_capacity(destinations.len());
+    // Requests that could not be queued: dropped only once the producer's lock is released,
+    // because dropping one records its batches' outcome under that lock.
+    let mut unsent: Vec<PendingReply> = Vec::new();
     numbered_in.resize_with(destinations.len(), Vec::new);
     for ((node_id, topic_data), numbered) in destinations.into_iter().zip(numbered_in) {
         let body = ProduceRequest::default()
@@ -235,25 +249,29 @@ pub(super) fn plan(
             .with_topic_data(topic_data);
         let frame = encode_part(&header, &body, head.api_version).unwrap_or_default();
         let (reply, sent) = oneshot::channel();
+        let mut pending = PendingReply::new(
+            ApiKey::Produce as i16,
+            head.api_version,
+            head.correlation_id,
+            reply,
+        );
+        if !numbered.is_empty() {
+            let hook = recorder(owner.clone(), counters.clone(), head.api_version, numbered);
+            pending = pending.with_hook(hook);
+        }
         if let Some(addr) = proxy.cluster.address(node_id).filter(|_| !frame.is_empty()) {
             let out = Outbound {
                 frame: frame.clone(),
-                pending: Some(PendingReply {
-                    api_key: ApiKey::Produce as i16,
-                    api_version: head.api_version,
-                    correlation_id: head.correlation_id,
-                    reply,
-                }),
+                pending: Some(pending),
             };
-            // A full or closed connection drops the reply: the part then fails retriably.
-            let _ = state.link(proxy, node_id, &addr).try_send(out);
-        }
-        let sent = if numbered.is_empty() {
-            sent
+            // A full or closed connection gives the request back: its answer is then "none
+            // came", recorded as such, and the part fails retriably.
+            if let Err(out) = state.link(proxy, node_id, &addr).try_send(out) {
+                unsent.extend(out.pending);
+            }
         } else {
-            let metrics = counters.clone();
-            record_when_answered(owner.clone(), metrics, head.api_version, numbered, sent)
-        };
+            unsent.push(pending);
+        }
         parts.push(Part {
             node_id,
             frame,
@@ -261,6 +279,7 @@ pub(super) fn plan(
         });
     }
     drop(state);
+    drop(unsent);
     let merge = ProduceMerge {
         version: head.api_version,
         correlation_id: head.correlation_id,

@@ -119,6 +119,24 @@ fn entries(frame: &Bytes) -> Vec<(String, i32, Bytes)> {
 }
 
 /// A broker's encoded answer (header v1, correlation id 42) for one partition of topic "t".
+#[test]
+fn an_idempotent_producer_kroute_did_not_see_start_is_asked_to_reset_first() {
+    let p = proxy("strict-cost");
+    let idempotent = batch(&[None, None], Compression::None, 5, false);
+    let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    assert!(s.parts.is_empty(), "nothing of the old epoch is sent");
+    let merged = s.merge.unwrap().merge(vec![]);
+    let header_version = ApiKey::Produce.response_header_version(VERSION);
+    let (_, mut body) = crate::protocol::header::split_response(&merged, header_version).unwrap();
+    let r = ProduceResponse::decode(&mut body, VERSION).unwrap();
+    let p0 = &r.responses[0].partition_responses[0];
+    assert_eq!((p0.index, p0.error_code), (0, 45));
+    // Adopted from its next epoch on.
+    let owned = p.router.producers.get(5).expect("adopted");
+    assert_eq!(owned.lock().first_epoch, 1);
+}
+
 fn part_answer(partition: i32, error: i16, offset: i64, throttle: i32) -> Reply {
     let resp = ProduceResponse::default()
         .with_throttle_time_ms(throttle)
@@ -184,10 +202,8 @@ fn keyless_batches_leave_a_slow_broker() {
 fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
-    let idempotent = batch(&[None], Compression::None, 5, false);
     for entries in [
         vec![("t", 0, keyed())],
-        vec![("t", 0, idempotent.clone())],
         vec![("other", 0, keyless())],
         vec![("tunknown", 0, keyless())],
     ] {
@@ -201,6 +217,15 @@ fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
     let (head, produce, frame) = request(&[("t", 0, txn)], -1, Some("tx"));
     assert!(matches!(
         plan(&p, 1, true, &head, &produce, &frame),
+        Plan::Forward
+    ));
+    // An idempotent producer kroute does not own, with `idempotent = false`: left alone.
+    let text = "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n[routing]\ninclude = [\"t*\"]\nidempotent = false\n";
+    let no_idempotent = Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new());
+    let idempotent = batch(&[None], Compression::None, 5, false);
+    let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
+    assert!(matches!(
+        plan(&no_idempotent, 1, true, &head, &produce, &frame),
         Plan::Forward
     ));
     // Strategy off: nothing moves.
