@@ -1,8 +1,12 @@
-//! One connection from kroute to a real broker, owned by one client connection.
+//! One connection from kroute to a real broker, owned by one client connection (or by one
+//! idempotent producer kroute renumbers, for its Produce requests to that broker).
 //!
 //! A broker answers the requests of a connection strictly in the order it read them, and
 //! connection-bound behaviour (quota throttling, long-poll fetches, fetch sessions) must stay per
 //! client, so every client connection gets its own upstream connection and nothing is shared.
+//! An owned producer's renumbered batches for one broker all go through one connection of their
+//! own, so that they reach the broker in the order they were numbered
+//! ([`crate::route::producers`]).
 //!
 //! A writer task sends requests as they come; before it writes a request that expects an answer
 //! it queues a [`PendingReply`] for the reader task. The reader matches each response to the
