@@ -83,18 +83,7 @@ fn broker_killed_while_producing_loses_nothing_acknowledged() {
     );
 
     let run = producer.join().unwrap();
-    assert!(
-        run.ok,
-        "producer failed:\n{}\n{}",
-        run.lines
-            .iter()
-            .rev()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        run.stderr
-    );
+    run.assert_ok();
     let acked: BTreeSet<String> = run
         .records("ack")
         .into_iter()

@@ -87,21 +87,6 @@ fn produce_in_background(
     std::thread::spawn(move || java(&args.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
-fn assert_ok(run: &JavaRun) {
-    assert!(
-        run.ok,
-        "producer failed:\n{}\n--- stderr ---\n{}",
-        run.lines
-            .iter()
-            .rev()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        run.stderr
-    );
-}
-
 #[test]
 fn java_default_producer_batches_move_without_sequence_errors() {
     let world = slow_world();
@@ -166,7 +151,7 @@ fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
         cluster(&["cut", "2"]);
     }
     let run = producer.join().expect("producer thread");
-    assert_ok(&run);
+    run.assert_ok();
     assert_eq!(run.count("errors"), 0);
     assert_no_sequence_errors(&run, kroute);
     let retried = outcome(kroute, "resent") + outcome(kroute, "answered_from_memory");
@@ -209,7 +194,7 @@ fn a_leader_killed_mid_flight_loses_and_duplicates_nothing() {
     cluster(&["kill-broker", "3"]);
     let run = producer.join().expect("producer thread");
     drop(restart);
-    assert_ok(&run);
+    run.assert_ok();
     assert_eq!(run.count("errors"), 0);
     assert_no_sequence_errors(&run, kroute);
 
@@ -339,7 +324,7 @@ fn after_a_kroute_crash_producers_are_adopted_and_nothing_acknowledged_is_lost()
     world.kroute.crash_and_restart();
     let run = producer.join().expect("producer thread");
     let kroute = &world.kroute;
-    assert_ok(&run);
+    run.assert_ok();
     assert_eq!(run.count("errors"), 0);
     // The new process did not see the producer start: it adopted it (one reset to a new epoch),
     // then renumbered and moved its batches again.

@@ -172,17 +172,12 @@ pub fn plan(
                 }
             };
             let part = destination(&mut destinations, node);
-            let topic_data = &mut destinations[part].1;
-            if topic_data.last().is_none_or(|t| t.name != *name) {
-                topic_data.push(TopicProduceData::default().with_name(name.clone()));
-            }
-            if let Some(t) = topic_data.last_mut() {
-                t.partition_data.push(
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(entry.records.clone()),
-                );
-            }
+            add_entry(
+                &mut destinations[part].1,
+                name,
+                partition,
+                entry.records.clone(),
+            );
             topic_routes.push(Route::Part {
                 part,
                 partition,
@@ -227,18 +222,8 @@ pub fn plan(
     for (topic, to, records, bytes) in moves {
         proxy.metrics.routing.moved(topic, home, to, records, bytes);
     }
-    let merge = (produce.acks != 0).then(|| {
-        Box::new(ProduceMerge {
-            version: head.api_version,
-            correlation_id: head.correlation_id,
-            original: topics
-                .iter()
-                .map(|(_, t)| t.partitions.iter().map(|p| p.index).collect())
-                .collect(),
-            topics: topics.into_iter().map(|(name, _)| name).collect(),
-            routes,
-        }) as Box<dyn Merge>
-    });
+    let merge = (produce.acks != 0)
+        .then(|| Box::new(ProduceMerge::new(head, topics, routes)) as Box<dyn Merge>);
     Plan::Split(Split { parts, merge })
 }
 
@@ -255,6 +240,25 @@ pub(super) fn named_topics(topics: Vec<TopicEntry>) -> Option<Vec<(TopicName, To
         named.push((TopicName(name), t));
     }
     Some(named)
+}
+
+/// Appends one partition entry to a part's topic data (entries of one topic are consecutive).
+pub(super) fn add_entry(
+    topic_data: &mut Vec<TopicProduceData>,
+    name: &TopicName,
+    partition: i32,
+    records: Option<Bytes>,
+) {
+    if topic_data.last().is_none_or(|t| t.name != *name) {
+        topic_data.push(TopicProduceData::default().with_name(name.clone()));
+    }
+    if let Some(t) = topic_data.last_mut() {
+        t.partition_data.push(
+            PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(records),
+        );
+    }
 }
 
 pub(super) fn destination(

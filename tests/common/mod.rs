@@ -318,6 +318,22 @@ impl JavaRun {
             .collect()
     }
 
+    /// Fails the test, with the end of the client's output, if the run failed.
+    pub fn assert_ok(&self) {
+        assert!(
+            self.ok,
+            "java client failed:\n{}\n--- stderr ---\n{}",
+            self.lines
+                .iter()
+                .rev()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n"),
+            self.stderr
+        );
+    }
+
     pub fn count(&self, key: &str) -> usize {
         self.value(key)
             .and_then(|v| v.parse().ok())

@@ -17,7 +17,8 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
-use crate::protocol::header::split_response;
+use crate::protocol::header::{RequestHead, split_response};
+use crate::protocol::produce::TopicEntry;
 use crate::route::Merge;
 use crate::route::sequence::code::NETWORK_EXCEPTION;
 use crate::upstream::Reply;
@@ -43,6 +44,26 @@ pub struct ProduceMerge {
     /// The client's partitions, per topic, in its order.
     pub original: Vec<Vec<i32>>,
     pub routes: Vec<Vec<Route>>,
+}
+
+impl ProduceMerge {
+    /// The merge for a request with header `head` whose entries went along `routes`.
+    pub fn new(
+        head: &RequestHead,
+        topics: Vec<(TopicName, TopicEntry)>,
+        routes: Vec<Vec<Route>>,
+    ) -> Self {
+        ProduceMerge {
+            version: head.api_version,
+            correlation_id: head.correlation_id,
+            original: topics
+                .iter()
+                .map(|(_, t)| t.partitions.iter().map(|p| p.index).collect())
+                .collect(),
+            topics: topics.into_iter().map(|(name, _)| name).collect(),
+            routes,
+        }
+    }
 }
 
 pub fn no_answer(error: i16) -> PartitionProduceResponse {

@@ -17,13 +17,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use tokio::sync::oneshot;
 
 use super::answers::{Numbered, recorder};
 use super::merge::{ProduceMerge, Route};
-use super::{PARTITION_CURSOR, encode_part};
+use super::{PARTITION_CURSOR, add_entry, encode_part};
 use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
@@ -213,17 +213,7 @@ pub(super) fn plan(
                 }
             };
             let part = destination_without(&mut destinations, node, name, partition);
-            let topic_data = &mut destinations[part].1;
-            if topic_data.last().is_none_or(|t| t.name != *name) {
-                topic_data.push(TopicProduceData::default().with_name(name.clone()));
-            }
-            if let Some(t) = topic_data.last_mut() {
-                t.partition_data.push(
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(records),
-                );
-            }
+            add_entry(&mut destinations[part].1, name, partition, records);
             if let Some(n) = numbered {
                 numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
                 numbered_in[part].push(n);
@@ -280,16 +270,7 @@ pub(super) fn plan(
     }
     drop(state);
     drop(unsent);
-    let merge = ProduceMerge {
-        version: head.api_version,
-        correlation_id: head.correlation_id,
-        original: topics
-            .iter()
-            .map(|(_, t)| t.partitions.iter().map(|p| p.index).collect())
-            .collect(),
-        topics: topics.into_iter().map(|(name, _)| name).collect(),
-        routes,
-    };
+    let merge = ProduceMerge::new(head, topics, routes);
     Plan::Split(Split {
         parts,
         merge: Some(Box::new(merge) as Box<dyn Merge>),
