@@ -381,3 +381,44 @@ fn batches_overflow_to_the_next_broker_when_partitions_run_out() {
     );
     assert!(s.parts.iter().all(|part| part.node_id != 1));
 }
+
+#[tokio::test]
+async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_same_numbers() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    p.router.producers.own(5, Instant::now());
+    // The client numbered it from 1000 on partition 0.
+    let client_numbers = batch(&[None, None], Compression::None, 5, false);
+    let idempotent = crate::route::batch::renumber(&client_numbers, 1000).unwrap();
+    let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
+
+    let first = split(plan(&p, 1, true, &head, &produce, &frame));
+    assert_eq!(first.parts.len(), 1);
+    let sent = entries(&first.parts[0].frame);
+    let (_, target, records) = sent[0].clone();
+    assert!(target >= 2, "moved off the slow broker 1: {target}");
+    assert_eq!(
+        &records[53..57],
+        &0i32.to_be_bytes(),
+        "kroute's numbering of partition {target}"
+    );
+    // The test has no brokers: the part is never sent, its answer is "none came"...
+    let part = first.parts.into_iter().next().unwrap();
+    assert!(part.sent.unwrap().await.unwrap().is_err());
+
+    // ...so the client's retry goes to the same partition with the same numbers.
+    let retry = split(plan(&p, 1, true, &head, &produce, &frame));
+    assert_eq!(entries(&retry.parts[0].frame), sent);
+    assert!(
+        retry
+            .parts
+            .into_iter()
+            .next()
+            .unwrap()
+            .sent
+            .unwrap()
+            .await
+            .unwrap()
+            .is_err()
+    );
+}
