@@ -54,7 +54,7 @@ echo "records consumed back through kroute: ${consumed:-?} of $records"
 echo "kroute Produce requests: $(metric kroute_requests_total 'api="Produce"'), bytes in: $(metric kroute_request_bytes_total 'api="Produce"')"
 echo "kroute Fetch requests:   $(metric kroute_requests_total 'api="Fetch"'), bytes out: $(metric kroute_response_bytes_total 'api="Fetch"')"
 echo "kroute Metadata requests rewritten: $(metric kroute_requests_total 'api="Metadata"')"
-echo "idempotent producer batches renumbered by kroute: $(metric kroute_idempotent_batches_total 'outcome="renumbered"'), moved to another partition: $(metric kroute_batches_moved_total ''), sequence errors passed to the client: $(metric kroute_idempotent_batches_total 'outcome="sequence_error_passed"')"
+echo "idempotent producer batches renumbered by kroute: $(metric kroute_idempotent_batches_total 'outcome="renumbered"'), moved to another partition: $(metric kroute_batches_moved_total 'topic='), sequence errors passed to the client: $(metric kroute_idempotent_batches_total 'outcome="sequence_error_passed"')"
 echo "Produce bytes per broker: 1: $(metric kroute_upstream_produce_bytes_total 'broker="1"'), 2: $(metric kroute_upstream_produce_bytes_total 'broker="2"'), 3: $(metric kroute_upstream_produce_bytes_total 'broker="3"')"
 for b in 1 2 3; do
   n=$(metric kroute_upstream_request_duration_seconds_count "broker=\"$b\",api=\"Produce\"")
