@@ -6,6 +6,9 @@
 #   BENCH_ROUNDS=1 BENCH_SCENARIOS="skew-22-10-4 slow-broker" BENCH_RECORDS=2000 BENCH_SLOW_RECORDS=600 \
 #   BENCH_FIXED_SECONDS=4 BENCH_WARMUP_RECORDS=500 BENCH_DOCS=none bench/routing.sh
 #                                   smoke run (~3 minutes)
+#   BENCH_IDEMPOTENT=1 bench/routing.sh
+#                                   the same with idempotent producers (the Java default), own
+#                                   output dir, docs section and chart (see BENCH_IDEMPOTENT)
 #
 # Scenarios (one fresh topic per scenario x case, RF 3, min.insync.replicas=2, exact leaders via
 # --replica-assignment, followers rotated so they are spread):
@@ -14,7 +17,8 @@
 #   skew-12-12-12  36 partitions, leaders 12 / 12 / 12                                     (seed 000)
 #   slow-broker    3 partitions, one led by each broker, broker BENCH_SLOW_BROKER answering
 #                  BENCH_SLOW_MS late (scripts/cluster.sh delay; KIP-794's test layout)
-# Cases (every producer: enable.idempotence=false acks=all, keyless 10 KiB records, linger.ms 5):
+# Cases (every producer: enable.idempotence=false acks=all, keyless 10 KiB records, linger.ms 5;
+# with BENCH_IDEMPOTENT=1 enable.idempotence=true instead, max.in.flight 5 as by default):
 #   direct-default     producers -> brokers, Java default (adaptive) partitioner
 #   direct-noadaptive  producers -> brokers, partitioner.adaptive.partitioning.enable=false
 #   kroute-strict      producers -> kroute ([routing] strategy strict-cost, include bench-rt-*) -> brokers
@@ -35,6 +39,15 @@
 #   - kroute cases: kroute_request_bytes_total{api="Produce"} of that case's kroute grew by
 #     >= records x size, and the other kroute's did not move; direct cases: neither moved
 #   - the topics' leaders are the planned ones (checked after creation and at the end)
+# With BENCH_IDEMPOTENT=1 also (kroute's kroute_idempotent_batches_total{outcome} deltas):
+#   - no duplicates at all: the brokers' offsets grew by exactly the records sent
+#   - no producer log names OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or
+#     INVALID_PRODUCER_EPOCH (or their exception classes)
+#   - kroute-strict: renumbered grew, no batch was kept for reason `idempotent` (not renumbered),
+#     no producer was refused (kroute_idempotent_producers_refused_total), sequence_error_passed
+#     stayed 0, and batches moved (kroute_batches_moved_total) in unequal and slow-broker layouts
+#   - kroute-off: no idempotent outcome moved (renumbered stays 0)
+#   resent / answered_from_memory / busy / sequence_error_hidden are reported per run and case.
 #
 # Environment (defaults in brackets):
 #   BENCH_ROUNDS          rounds [2]
@@ -62,7 +75,14 @@
 #                         target/bench-routing/routing-benchmark.png when BENCH_DOCS=none]
 #   BENCH_BUILD           1 = cargo build --release first [1]
 #   KROUTE_BIN            kroute binary [target/release/kroute]
-# Raw per-run lines and all logs: target/bench-routing/ (results.tsv, raw/, kroute-*.log).
+#   BENCH_IDEMPOTENT      1 = idempotent producers (enable.idempotence=true) and the checks above;
+#                         output in target/bench-routing-idempotent/, docs section "Routing results:
+#                         idempotent producers", chart docs/routing-benchmark-idempotent.png [0]
+#   BENCH_BASELINE        with BENCH_IDEMPOTENT=1: a results TSV of a non-idempotent run (e.g.
+#                         target/bench-routing/results-<date>.tsv); the report then compares
+#                         kroute-strict's gains with that run's [none]
+# Raw per-run lines and all logs: target/bench-routing/ (results.tsv, raw/, kroute-*.log),
+# target/bench-routing-idempotent/ with BENCH_IDEMPOTENT=1.
 # Starts the cluster in relayed mode if nothing runs (and stops it at the end only then); refuses
 # to use a cluster running in direct mode. On exit: stops its kroutes, resets the delay of the
 # slow broker to 0, deletes the topics it created.
@@ -87,8 +107,12 @@ SLOW_BROKER=${BENCH_SLOW_BROKER:-2}
 SLOW_MS=${BENCH_SLOW_MS:-20}
 SLOW_LAYOUT=${BENCH_SLOW_LAYOUT:-1/1/1}
 DOCS=${BENCH_DOCS:-docs/benchmarks.md}
-if [ "$DOCS" = none ]; then CHART=${BENCH_CHART:-target/bench-routing/routing-benchmark.png}
-else CHART=${BENCH_CHART:-docs/routing-benchmark.png}; fi
+IDEMPOTENT=${BENCH_IDEMPOTENT:-0}
+BASELINE=${BENCH_BASELINE:-}
+if [ "$IDEMPOTENT" = 1 ]; then OUTNAME=bench-routing-idempotent CHARTNAME=routing-benchmark-idempotent.png
+else OUTNAME=bench-routing CHARTNAME=routing-benchmark.png; fi
+if [ "$DOCS" = none ]; then CHART=${BENCH_CHART:-target/$OUTNAME/$CHARTNAME}
+else CHART=${BENCH_CHART:-docs/$CHARTNAME}; fi
 BUILD=${BENCH_BUILD:-1}
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
 
@@ -96,7 +120,7 @@ RELAYED_BOOTSTRAP=127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
 # two kroutes, started once for the whole bench (ports distinct from bench/passthrough.sh's)
 declare -A KR_BOOT=([strict]=9392 [off]=9492) KR_BASE=([strict]=9400 [off]=9500)
 declare -A KR_ADMIN=([strict]=127.0.0.1:9746 [off]=127.0.0.1:9747) KR_PID=()
-OUT=$REPO/target/bench-routing
+OUT=$REPO/target/$OUTNAME
 RAW=$OUT/raw
 OFFS=$OUT/offsets
 RESULTS=$OUT/results.tsv
@@ -114,6 +138,13 @@ done
 [[ $SLOW_BROKER =~ ^[123]$ ]] || die "BENCH_SLOW_BROKER must be 1, 2 or 3"
 [[ $SLOW_LAYOUT =~ ^[0-9]+/[0-9]+/[0-9]+$ ]] || die "BENCH_SLOW_LAYOUT must be a/b/c"
 [[ $FIXED_RATE == auto || $FIXED_RATE =~ ^[0-9]+$ ]] || die "BENCH_FIXED_RATE must be auto or records/s per producer"
+[[ $IDEMPOTENT =~ ^[01]$ ]] || die "BENCH_IDEMPOTENT must be 0 or 1"
+if [ -n "$BASELINE" ]; then
+  [ "$IDEMPOTENT" = 1 ] || die "BENCH_BASELINE needs BENCH_IDEMPOTENT=1"
+  [ -f "$BASELINE" ] || die "BENCH_BASELINE: $BASELINE not found"
+  BASELINE=$(realpath "$BASELINE")
+fi
+if [ "$IDEMPOTENT" = 1 ]; then IDEMPOTENCE=true; else IDEMPOTENCE=false; fi
 for p in $PHASES; do [[ $p == max || $p == fixed ]] || die "BENCH_PHASES: unknown phase '$p'"; done
 for s in "${SCENARIOS[@]}"; do
   [[ $s =~ ^skew-[0-9]+-[0-9]+-[0-9]+$ || $s == slow-broker ]] || die "unknown scenario '$s' (skew-A-B-C or slow-broker)"
@@ -249,6 +280,8 @@ listen = "${KR_ADMIN[$k]}"
 strategy = "$strategy"
 include = ["bench-rt-*"]
 EOF
+  # explicit, though it is the default: kroute renumbers (and may move) idempotent batches
+  if [ "$IDEMPOTENT" = 1 ]; then echo "idempotent = true" >>"$OUT/kroute-$k.toml"; fi
   "$KROUTE_BIN" --config "$OUT/kroute-$k.toml" </dev/null >"$OUT/kroute-$k.log" 2>&1 &
   KR_PID[$k]=$!
 done
@@ -321,7 +354,7 @@ run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRO
   local t0 t1; t0=$(date +%s.%N)
   for ((i = 1; i <= PRODUCERS; i++)); do
     "${PRODUCER_JVM[@]}" --topic "$t" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" \
-      --producer-props "bootstrap.servers=$bootstrap" acks=all enable.idempotence=false \
+      --producer-props "bootstrap.servers=$bootstrap" acks=all "enable.idempotence=$IDEMPOTENCE" \
       "client.id=kroute-bench-$case-$i" "${props[@]}" >"$RAW/$tag.p$i.log" 2>&1 &
     pids+=($!)
   done
@@ -339,7 +372,7 @@ run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRO
   python3 bench/routing_report.py record "$RESULTS" phase="$phase" round="$round" scenario="$scen" \
     case="$case" topic="$t" leaders="${LEADERS[$t]}" records="$n" producers="$PRODUCERS" \
     record_size="$RECORD_SIZE" offered="$tput" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
-    raw="$RAW/$tag" || die "run $tag invalid (see above)"
+    raw="$RAW/$tag" idempotent="$IDEMPOTENT" || die "run $tag invalid (see above)"
 }
 
 run_phase() { # PHASE RECORDS_PER_PRODUCER SLOW_BROKER_RECORDS_PER_PRODUCER THROUGHPUT_PER_PRODUCER
@@ -412,6 +445,8 @@ loadavg_before=$load_before
 loadavg_after=$load_after
 duration_s=$((SECONDS - bench_start))
 topic_prefix=$TOPIC_PREFIX
+idempotent=$IDEMPOTENT
+baseline=$BASELINE
 EOF
 )
 export BENCH_META

@@ -12,6 +12,11 @@
         bench/routing.sh markers), draw the chart
 
 Run metadata for the report comes from the BENCH_META environment variable (key=value lines).
+With idempotent=1 (record: an argument; report: in BENCH_META), the run used idempotent
+producers: record also checks kroute's kroute_idempotent_batches_total and the producers' logs
+for sequence errors and adds their counts to the results, and report writes its own section
+(between the bench/routing.sh idempotent markers), with those counts and, given
+baseline=RESULTS.tsv of a non-idempotent run in BENCH_META, a comparison of the gains.
 """
 import csv
 import json
@@ -27,6 +32,10 @@ CASES = ["direct-default", "direct-noadaptive", "kroute-strict", "kroute-off"]
 BASE = "direct-default"
 START = "<!-- bench/routing.sh results: start (generated, replaced on every run) -->"
 END = "<!-- bench/routing.sh results: end -->"
+# BENCH_IDEMPOTENT=1: a section of its own
+I_START = "<!-- bench/routing.sh idempotent results: start (generated, replaced on every run) -->"
+I_END = "<!-- bench/routing.sh idempotent results: end -->"
+I_HEADING = "## Routing results: idempotent producers"
 
 # goals from the issue
 G_SLOW_TPUT = 1.3  # slow broker: kroute-strict >= 1.3x direct-default aggregate throughput
@@ -49,6 +58,18 @@ FIELDS = [
     "maxdev", "kroute_produce_bytes", "up_b1", "up_b2", "up_b3", "upshare_b1", "upshare_b2", "upshare_b3",
     "batches_moved", "records_moved", "moved_to", "kept", "cost_ms", "wall_s",
 ]
+# idempotent runs only: kroute_idempotent_batches_total{outcome} deltas of the case's kroute,
+# its kroute_idempotent_producers after the run, producers refused, the producers' retries
+OUTCOMES = ["renumbered", "resent", "answered_from_memory", "busy", "sequence_error_hidden",
+            "sequence_error_passed"]
+I_FIELDS = OUTCOMES + ["producers_tracked", "producers_refused", "producer_retries"]
+# errors of the idempotence protocol itself: a producer that logs one had its sequence numbers
+# (or producer id) rejected, which kroute's renumbering must never cause
+SEQ_ERRORS = re.compile(
+    r"OUT_OF_ORDER_SEQUENCE_NUMBER|UNKNOWN_PRODUCER_ID|INVALID_PRODUCER_EPOCH|OutOfOrderSequence"
+    r"|UnknownProducerId|InvalidProducerEpoch")
+# the Java producer's warning for a retried batch ("... retrying (N attempts left). Error: X")
+RETRY = re.compile(r"retrying \(\d+ attempts left\)\. Error: ([A-Z_]+)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,12 +140,20 @@ def record(path, args):
     raw, topic, case = a["raw"], a["topic"], a["case"]
     n, producers, size = int(a["records"]), int(a["producers"]), int(a["record_size"])
     leaders = [int(x) for x in a["leaders"].split(",")]
+    idem = a.get("idempotent", "0") == "1"
 
     # producers
     finals = []
+    retries = {}
     for i in range(1, producers + 1):
         log = f"{raw}.p{i}.log"
         text = open(log, errors="replace").read()
+        if idem:
+            bad = [l for l in text.splitlines() if SEQ_ERRORS.search(l)]
+            if bad:
+                fail(f"producer {i} got {len(bad)} sequence/producer-id error line(s) ({log}):\n  " + "\n  ".join(bad[:5]))
+            for e in RETRY.findall(text):
+                retries[e] = retries.get(e, 0) + 1
         if re.search(r"Exception|ERROR", text):
             bad = [l for l in text.splitlines() if re.search(r"Exception|ERROR", l)][:5]
             fail(f"producer {i} reported errors ({log}):\n  " + "\n  ".join(bad))
@@ -156,6 +185,8 @@ def record(path, args):
     if total < sent:
         fail(f"the brokers got {total} records, the producers sent {sent}")
     dup = total - sent
+    if dup and idem:
+        fail(f"the brokers got {total} records, the producers sent {sent}: {dup} duplicates from idempotent producers")
     if dup:
         print(f"bench: warning: {dup} more records on the brokers than sent (retried duplicates)", file=sys.stderr)
     share = {b: rec[b] / total for b in rec}
@@ -188,6 +219,38 @@ def record(path, args):
                 cost[dict(labels).get("broker", "?")] = round(v * 1000, 2)
         if mine == "off" and moved:
             fail(f"kroute-off moved {moved:.0f} batches")
+    iextra = {}
+    if idem:
+        # kroute_idempotent_batches_total carries no topic: each run's traffic is the only one
+        # on its kroute (the other kroute's Produce bytes did not move, checked above)
+        outc = {k: {o: delta(m[(k, 0)], m[(k, 1)], "kroute_idempotent_batches_total", outcome=o) for o in OUTCOMES}
+                for k in ("strict", "off")}
+        for k in ("strict", "off"):
+            if outc[k]["sequence_error_passed"]:
+                fail(f"kroute-{k} passed {outc[k]['sequence_error_passed']:.0f} OUT_OF_ORDER_SEQUENCE_NUMBER answers to the client")
+            if k != mine and any(outc[k].values()):
+                fail(f"kroute-{k}'s idempotent counters moved during a {case} run: {outc[k]}")
+        if mine == "off" and any(outc["off"].values()):
+            fail(f"kroute-off (strategy off) counted idempotent batches: {outc['off']}")
+        o = outc[mine] if mine else {x: 0.0 for x in OUTCOMES}
+        tracked = refused = 0.0
+        if mine:
+            m0, m1 = m[(mine, 0)], m[(mine, 1)]
+            tracked = m1.get(("kroute_idempotent_producers", frozenset()), 0.0)
+            refused = delta(m0, m1, "kroute_idempotent_producers_refused_total")
+        if mine == "strict":
+            if o["renumbered"] <= 0:
+                fail("kroute-strict renumbered no batch: the idempotent path was not used")
+            if kept.get("idempotent"):
+                fail(f"kroute-strict kept {kept['idempotent']:.0f} idempotent batches without renumbering them")
+            if refused:
+                fail(f"kroute-strict refused to own {refused:.0f} producers (max_producers)")
+            counts = [leaders.count(b) for b in (1, 2, 3)]
+            if (a["scenario"] == "slow-broker" or len(set(counts)) > 1) and moved <= 0:
+                fail(f"kroute-strict moved no batch in {a['scenario']} (leaders {counts[0]}/{counts[1]}/{counts[2]})")
+        iextra = {x: f"{o[x]:.0f}" for x in OUTCOMES}
+        iextra.update(producers_tracked=f"{tracked:.0f}", producers_refused=f"{refused:.0f}",
+                      producer_retries=json.dumps(dict(sorted(retries.items())), separators=(",", ":")))
     upt = sum(up.values())
     upshare = {b: (up[b] / upt if upt else float("nan")) for b in up}
 
@@ -213,6 +276,7 @@ def record(path, args):
         cost_ms=json.dumps(dict(sorted(cost.items())), separators=(",", ":")),
         wall_s=a["wall_s"],
     )
+    row.update(iextra)
     msg = (
         f"{a['phase']:<6} {a['round']:<6} {a['scenario']:<13} {case:<17} {rps * size / 2**20:7.2f} MiB/s "
         f"({rps:6.0f} rec/s) avg {float(row['avg_ms']):8.2f} ms p99 {row['p99_ms']:5d} ms | "
@@ -220,12 +284,17 @@ def record(path, args):
     )
     if mine:
         msg += f" | kroute {upshare[1]:.2f}/{upshare[2]:.2f}/{upshare[3]:.2f} moved {moved:.0f}"
+    if idem and mine:
+        msg += (f" | renumbered {iextra['renumbered']} resent {iextra['resent']} memory "
+                f"{iextra['answered_from_memory']} busy {iextra['busy']} hidden {iextra['sequence_error_hidden']}")
+    if idem and retries:
+        msg += " | producer retries " + ", ".join(f"{k} {v}" for k, v in sorted(retries.items()))
     print("bench: " + msg, file=sys.stderr)
     if a["phase"] == "warmup":
         return
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, FIELDS, delimiter="\t", lineterminator="\n")
+        w = csv.DictWriter(f, FIELDS + (I_FIELDS if idem else []), delimiter="\t", lineterminator="\n")
         if new:
             w.writeheader()
         w.writerow(row)
@@ -238,7 +307,8 @@ def record(path, args):
 NUM = {"producers", "records", "record_size", "offered_rps", "rps", "mib_s", "rps_wall", "avg_ms", "p50_ms",
        "p95_ms", "p99_ms", "p999_ms", "max_ms", "sent", "broker_records", "duplicates", "rec_b1", "rec_b2",
        "rec_b3", "share_b1", "share_b2", "share_b3", "maxdev", "kroute_produce_bytes", "up_b1", "up_b2",
-       "up_b3", "upshare_b1", "upshare_b2", "upshare_b3", "batches_moved", "records_moved", "wall_s"}
+       "up_b3", "upshare_b1", "upshare_b2", "upshare_b3", "batches_moved", "records_moved", "wall_s"} | set(
+    OUTCOMES + ["producers_tracked", "producers_refused"])
 
 
 def load(path):
@@ -246,7 +316,8 @@ def load(path):
         rows = list(csv.DictReader(f, delimiter="\t"))
     for r in rows:
         for k in NUM:
-            r[k] = float(r[k])
+            if k in r:
+                r[k] = float(r[k])
     return rows
 
 
@@ -326,6 +397,11 @@ def summarize(rows):
                     short=[r for r in cr if ph == "fixed" and r["rps"] < SUSTAIN * r["offered_rps"] * r["producers"]],
                     offered=cr[0]["offered_rps"] * cr[0]["producers"],
                 )
+                if "renumbered" in cr[0]:
+                    d[c].update({o: sum(r[o] for r in cr) for o in OUTCOMES})
+                    d[c]["sent_sum"] = sum(r["sent"] for r in cr)
+                    d[c]["dup_sum"] = sum(r["duplicates"] for r in cr)
+                    d[c]["retries"] = sum_json(cr, "producer_retries")
             out[(s, ph)] = d
     return out
 
@@ -401,18 +477,96 @@ def goals(summ, meta):
 
 
 def evidence(rows, meta):
+    idem = "renumbered" in (rows[0] if rows else {})
     out = ["**Per run** (brokers' records from end offsets; kroute counters are deltas of the case's own kroute)", ""]
-    out.append("| phase | round | scenario | case | records sent | on brokers b1 / b2 / b3 | kroute Produce bytes | batches moved | kept (reason: batches) | kroute cost ms after |")
-    out.append("|---|---|---|---|---:|---|---:|---:|---|---|")
+    if idem:
+        out.append("| phase | round | scenario | case | records sent | on brokers b1 / b2 / b3 | kroute Produce bytes | batches moved | kept (reason: batches) | renumbered / resent / from memory / busy / hidden / passed | producer retries | kroute cost ms after |")
+        out.append("|---|---|---|---|---:|---|---:|---:|---|---|---|---|")
+    else:
+        out.append("| phase | round | scenario | case | records sent | on brokers b1 / b2 / b3 | kroute Produce bytes | batches moved | kept (reason: batches) | kroute cost ms after |")
+        out.append("|---|---|---|---|---:|---|---:|---:|---|---|")
     for r in rows:
         k = r["case"].startswith("kroute")
         kept = ", ".join(f"{a}: {b}" for a, b in json.loads(r["kept"]).items())
         cost = ", ".join(f"b{a} {b}" for a, b in json.loads(r["cost_ms"]).items())
+        extra = ""
+        if idem:
+            oc = " / ".join(f"{r[o]:.0f}" for o in OUTCOMES) if k else ""
+            rt = ", ".join(f"{a}: {b}" for a, b in json.loads(r["producer_retries"]).items())
+            extra = f" | {oc} | {rt}"
         out.append(
             f"| {r['phase']} | {r['round']} | {r['scenario']} | {r['case']} | {r['sent']:.0f} | "
             f"{r['rec_b1']:.0f} / {r['rec_b2']:.0f} / {r['rec_b3']:.0f}"
             + (f" (+{r['duplicates']:.0f} dup)" if r["duplicates"] else "")
-            + f" | {r['kroute_produce_bytes']:.0f} | {r['batches_moved']:.0f} | {kept if k else ''} | {cost} |"
+            + f" | {r['kroute_produce_bytes']:.0f} | {r['batches_moved']:.0f} | {kept if k else ''}{extra} | {cost} |"
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def idempotent_path(summ):
+    """What kroute did with the idempotent batches, per scenario, phase and case (sums over rounds)."""
+    out = ["**The idempotent path** (`kroute_idempotent_batches_total{outcome}` of the case's kroute, summed over "
+           "rounds; one 10 KiB record per batch, so batches = records; producer retries = the Java "
+           "producer's \"retrying ... Error: X\" warnings; the run fails on any duplicate, any "
+           "`sequence_error_passed`, and any OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or "
+           "INVALID_PRODUCER_EPOCH in a producer's log)", ""]
+    out.append("| scenario | phase | case | records sent | duplicates | renumbered | resent | answered from memory | busy | sequence_error_hidden | sequence_error_passed | producer retries (error: count) |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    tot = {}
+    for (s, ph), d in summ.items():
+        for c in CASES:
+            x = d.get(c)
+            if not x or "renumbered" not in x:
+                continue
+            rt = ", ".join(f"{a}: {b}" for a, b in sorted(x["retries"].items())) or "0"
+            k = c.startswith("kroute")
+            oc = " | ".join(f"{x[o]:.0f}" if k else "" for o in OUTCOMES)
+            out.append(f"| {s} | {ph} | {c} | {x['sent_sum']:.0f} | {x['dup_sum']:.0f} | {oc} | {rt} |")
+            t = tot.setdefault(c, {o: 0.0 for o in OUTCOMES + ["sent_sum", "dup_sum"]} | {"retries": {}})
+            for o in OUTCOMES + ["sent_sum", "dup_sum"]:
+                t[o] += x[o]
+            for a, b in x["retries"].items():
+                t["retries"][a] = t["retries"].get(a, 0) + b
+    for c, x in tot.items():
+        rt = ", ".join(f"{a}: {b}" for a, b in sorted(x["retries"].items())) or "0"
+        k = c.startswith("kroute")
+        oc = " | ".join(f"**{x[o]:.0f}**" if k else "" for o in OUTCOMES)
+        out.append(f"| **all** | | **{c}** | **{x['sent_sum']:.0f}** | **{x['dup_sum']:.0f}** | {oc} | {rt} |")
+    out.append("")
+    return "\n".join(out)
+
+
+def baseline_comparison(summ, path):
+    """kroute-strict's gains over direct-default here vs in the non-idempotent run of `path`."""
+    try:
+        base_rows = load(path)
+    except (OSError, KeyError, ValueError) as e:
+        return f"(baseline {path} unreadable: {e})\n"
+    if base_rows and "renumbered" in base_rows[0]:
+        return f"(baseline {path} is an idempotent run, not compared)\n"
+    base = summarize(base_rows)
+    out = [f"**Gains vs the non-idempotent run** (`{os.path.basename(path)}`; kroute-strict vs direct-default "
+           "of the same run, medians of per-round ratios; shares: kroute-strict's max deviation from 1/3, goal <= 10%)", ""]
+    out.append("| scenario | phase | direct-default MiB/s non-idem / idem | kroute-strict MiB/s non-idem / idem | throughput vs default non-idem / idem | p99 vs default non-idem / idem | max share dev non-idem / idem | goal non-idem / idem |")
+    out.append("|---|---|---|---|---|---|---|---|")
+
+    def goal(sc, ph, x):
+        if sc == "slow-broker" and ph == "max":
+            return "PASS" if x["t_ratio"] >= G_SLOW_TPUT and x["p99_ratio"] <= G_SLOW_P99 else "MISS"
+        if sc == "slow-broker":
+            return "PASS" if x["p99_ratio"] <= G_SLOW_P99 else "MISS"
+        return "PASS" if x["maxdev"] <= G_SHARE + 1e-9 else "MISS"
+
+    for (s, ph), d in summ.items():
+        b = base.get((s, ph), {})
+        if "kroute-strict" not in d or "kroute-strict" not in b or BASE not in d or BASE not in b:
+            continue
+        x, y = b["kroute-strict"], d["kroute-strict"]
+        out.append(
+            f"| {s} | {ph} | {b[BASE]['mib']:.1f} / {d[BASE]['mib']:.1f} | {x['mib']:.1f} / {y['mib']:.1f} | "
+            f"{fr(x['t_ratio'])} / {fr(y['t_ratio'])} | {fr(x['p99_ratio'])} / {fr(y['p99_ratio'])} | "
+            f"{x['maxdev'] * 100:.0f}% / {y['maxdev'] * 100:.0f}% | {goal(s, ph, x)} / {goal(s, ph, y)} |"
         )
     out.append("")
     return "\n".join(out)
@@ -492,7 +646,8 @@ def chart(summ, path, meta):
             ax.set_ylabel("vs direct-default", fontsize=8)
     fig.suptitle(
         f"kroute strict-cost vs the Java partitioner\n{meta.get('date', '')}, {meta.get('producers', '2')} producers, "
-        f"{float(meta.get('record_size', '10240')) / 1024:.0f} KiB keyless records\nacks=all, no idempotence; "
+        f"{float(meta.get('record_size', '10240')) / 1024:.0f} KiB keyless records\nacks=all, "
+        f"{'idempotent producers' if meta.get('idempotent') == '1' else 'no idempotence'}; "
         f"medians of {meta.get('rounds', '?')} round(s)", fontsize=7)
     h1, l1 = axes[0][0].get_legend_handles_labels()
     h2, l2 = axes[nrow - 1][0].get_legend_handles_labels()
@@ -513,6 +668,7 @@ def chart(summ, path, meta):
 
 def report(rows, chart_path, docs_path):
     m = META
+    idem = m.get("idempotent") == "1"
     summ = summarize(rows)
     parts = [f"### Run of {m.get('date', '?')}", "", "```", m.get("command", "bench/routing.sh"), "```", ""]
     parts.append(
@@ -525,7 +681,8 @@ def report(rows, chart_path, docs_path):
     )
     parts.append(
         f"- {m.get('rounds', '?')} round(s), cases in rotating order; {m.get('producers', '?')} producers per run, "
-        f"{m.get('record_size', '?')} B keyless records, acks=all, enable.idempotence=false"
+        f"{m.get('record_size', '?')} B keyless records, acks=all, "
+        + ("enable.idempotence=true (max.in.flight.requests.per.connection 5, the default)" if idem else "enable.idempotence=false")
         + (f", {m.get('producer_props')}" if m.get("producer_props") else "")
         + "; max: "
         f"{m.get('records', '?')} records per producer ({m.get('slow_records', '?')} in slow-broker); fixed: {m.get('fixed_rate', '?')} records/s per producer "
@@ -539,9 +696,13 @@ def report(rows, chart_path, docs_path):
     if chart_path != "none":
         if chart(summ, chart_path, m):
             rel = os.path.relpath(chart_path, os.path.dirname(docs_path) or ".") if docs_path != "none" else chart_path
-            parts.append(f"![routing benchmark]({rel})")
+            parts.append(f"![routing benchmark{', idempotent producers' if idem else ''}]({rel})")
             parts.append("")
     parts.append(goals(summ, m))
+    if idem:
+        if m.get("baseline"):
+            parts.append(baseline_comparison(summ, m["baseline"]))
+        parts.append(idempotent_path(summ))
     for (s, ph), d in summ.items():
         parts.append(table(s, ph, d, m))
     parts.append(evidence(rows, m))
@@ -549,7 +710,10 @@ def report(rows, chart_path, docs_path):
 
 
 def write_docs(path, text):
-    replace_section(path, START, END, text, "## Routing results")
+    if META.get("idempotent") == "1":
+        replace_section(path, I_START, I_END, text, I_HEADING)
+    else:
+        replace_section(path, START, END, text, "## Routing results")
 
 META = {}
 
