@@ -7,10 +7,10 @@
 //! producing when kroute started (or that kroute forgot) is never renumbered: its batches stay
 //! byte-identical where the client put them.
 //!
-//! Each owned producer gets its own upstream connection per broker for its renumbered
-//! batches, and a batch is numbered and queued on it in one step under the producer's lock: a
-//! lane's batches then reach the broker in the order of their numbers, as a client's own
-//! batches for one partition do over its one connection.
+//! Each owned producer gets upstream connections of its own for its renumbered batches, and a
+//! batch is numbered and queued in one step under the producer's lock, always on the same
+//! connection for its partition: a partition's batches then reach the broker in the order of
+//! their numbers, as a client's own batches for one partition do over its one connection.
 //!
 //! Memory is bounded: at most `routing.max_producers` are tracked (more are simply not
 //! owned), and a producer idle for `routing.producer_expiry_ms` is forgotten, connections
@@ -29,25 +29,47 @@ use crate::upstream::Upstream;
 /// Requests one producer connection may queue before sends on it fail (retriably).
 const LINK_QUEUE: usize = 1024;
 
+/// Connections per broker for one producer. A broker works on one request per connection at
+/// a time; spreading partitions over a few connections (a partition always on the same one)
+/// lets it work on several of the producer's requests at once, as it would for the several
+/// client connections whose batches kroute gathers here.
+pub const LINKS_PER_BROKER: i32 = 3;
+
+/// Which of a producer's connections a partition's batches use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinkKey {
+    pub node_id: i32,
+    shard: i32,
+}
+
+impl LinkKey {
+    pub fn new(node_id: i32, partition: i32) -> Self {
+        LinkKey {
+            node_id,
+            shard: partition.rem_euclid(LINKS_PER_BROKER),
+        }
+    }
+}
+
 /// What kroute keeps for one owned producer.
 pub struct ProducerState {
     pub sequences: Producer,
     /// The oldest epoch kroute numbers; batches of older epochs are refused (adoption).
     pub first_epoch: i16,
-    links: HashMap<i32, Upstream>,
+    links: HashMap<LinkKey, Upstream>,
     last_used: Instant,
 }
 
 impl ProducerState {
-    /// The producer's connection to broker `node_id` at `addr`, opened (in the background) if
+    /// The producer's connection `key` to its broker at `addr`, opened (in the background) if
     /// there is none or the last one ended.
-    pub fn link(&mut self, proxy: &Arc<Proxy>, node_id: i32, addr: &str) -> &Upstream {
-        if self.links.get(&node_id).is_some_and(|u| !u.is_open()) {
-            self.links.remove(&node_id);
+    pub fn link(&mut self, proxy: &Arc<Proxy>, key: LinkKey, addr: &str) -> &Upstream {
+        if self.links.get(&key).is_some_and(|u| !u.is_open()) {
+            self.links.remove(&key);
         }
         self.links
-            .entry(node_id)
-            .or_insert_with(|| Upstream::open(proxy, node_id, addr.to_string(), LINK_QUEUE))
+            .entry(key)
+            .or_insert_with(|| Upstream::open(proxy, key.node_id, addr.to_string(), LINK_QUEUE))
     }
 
     pub fn touch(&mut self, now: Instant) {

@@ -29,7 +29,7 @@ use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
 use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber, sequenced};
-use crate::route::producers::{OwnedProducer, ProducerState};
+use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, Lookup, code};
 use crate::route::{Merge, Part, Plan, Split};
 use crate::upstream::{Outbound, PendingReply};
@@ -101,7 +101,7 @@ pub(super) fn plan(
     let counters = &proxy.metrics.sequencing;
     let mut state = owner.lock();
     state.touch(now);
-    let mut destinations: Vec<(i32, Vec<TopicProduceData>)> = Vec::new();
+    let mut destinations: Vec<(LinkKey, Vec<TopicProduceData>)> = Vec::new();
     let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
     // The renumbered batches of each part, to record its answer.
     let mut numbered_in: Vec<Vec<Numbered>> = Vec::new();
@@ -212,7 +212,8 @@ pub(super) fn plan(
                     (node, target, Some(records), Some(numbered))
                 }
             };
-            let part = destination_without(&mut destinations, node, name, partition);
+            let link = LinkKey::new(node, partition);
+            let part = destination_without(&mut destinations, link, name, partition);
             add_entry(&mut destinations[part].1, name, partition, records);
             if let Some(n) = numbered {
                 numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
@@ -232,7 +233,8 @@ pub(super) fn plan(
     // because dropping one records its batches' outcome under that lock.
     let mut unsent: Vec<PendingReply> = Vec::new();
     numbered_in.resize_with(destinations.len(), Vec::new);
-    for ((node_id, topic_data), numbered) in destinations.into_iter().zip(numbered_in) {
+    for ((link, topic_data), numbered) in destinations.into_iter().zip(numbered_in) {
+        let node_id = link.node_id;
         let body = ProduceRequest::default()
             .with_acks(acks)
             .with_timeout_ms(timeout_ms)
@@ -256,7 +258,7 @@ pub(super) fn plan(
             };
             // A full or closed connection gives the request back: its answer is then "none
             // came", recorded as such, and the part fails retriably.
-            if let Err(out) = state.link(proxy, node_id, &addr).try_send(out) {
+            if let Err(out) = state.link(proxy, link, &addr).try_send(out) {
                 unsent.extend(out.pending);
             }
         } else {
@@ -277,13 +279,12 @@ pub(super) fn plan(
     })
 }
 
-/// The part for `node` that does not name `partition` of `topic` yet (a Produce request may
-/// name a partition only once: a retry resent to a partition the client also names in this
-/// request goes in a second request to the same broker, behind the first on the same
-/// connection).
+/// The part for connection `link` that does not name `partition` of `topic` yet (a Produce
+/// request may name a partition only once: a retry resent to a partition the client also
+/// names in this request goes in a second request on the same connection, behind the first).
 fn destination_without(
-    destinations: &mut Vec<(i32, Vec<TopicProduceData>)>,
-    node: i32,
+    destinations: &mut Vec<(LinkKey, Vec<TopicProduceData>)>,
+    link: LinkKey,
     topic: &TopicName,
     partition: i32,
 ) -> usize {
@@ -295,11 +296,11 @@ fn destination_without(
     };
     if let Some(i) = destinations
         .iter()
-        .position(|(n, data)| *n == node && !names(data))
+        .position(|(l, data)| *l == link && !names(data))
     {
         return i;
     }
-    destinations.push((node, Vec::new()));
+    destinations.push((link, Vec::new()));
     destinations.len() - 1
 }
 
