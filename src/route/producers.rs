@@ -5,7 +5,8 @@
 //! InitProducerId answer passing through it): a new producer id has no history anywhere, and
 //! the producer reaches the cluster only through this kroute. A producer that was already
 //! producing when kroute started (or that kroute forgot) is never renumbered: its batches stay
-//! byte-identical where the client put them.
+//! byte-identical where the client put them (docs/idempotent-routing.md says what that means
+//! after a kroute restart).
 //!
 //! Each owned producer gets upstream connections of its own for its renumbered batches, and a
 //! batch is numbered and queued in one step under the producer's lock, always on the same
@@ -54,8 +55,6 @@ impl LinkKey {
 /// What kroute keeps for one owned producer.
 pub struct ProducerState {
     pub sequences: Producer,
-    /// The oldest epoch kroute numbers; batches of older epochs are refused (adoption).
-    pub first_epoch: i16,
     links: HashMap<LinkKey, Upstream>,
     last_used: Instant,
 }
@@ -116,17 +115,6 @@ impl Producers {
 
     /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
     pub fn own(&self, producer_id: i64, now: Instant) {
-        self.insert(producer_id, 0, now);
-    }
-
-    /// An idempotent producer kroute did not see start: owned from its next epoch on, if
-    /// there is room.
-    pub fn adopt(&self, producer_id: i64, epoch: i16, now: Instant) -> Option<Arc<OwnedProducer>> {
-        self.insert(producer_id, epoch.checked_add(1)?, now);
-        self.get(producer_id)
-    }
-
-    fn insert(&self, producer_id: i64, first_epoch: i16, now: Instant) {
         let mut map = self.map();
         if map.contains_key(&producer_id) {
             return;
@@ -140,7 +128,6 @@ impl Producers {
         }
         let state = ProducerState {
             sequences: Producer::default(),
-            first_epoch,
             links: HashMap::new(),
             last_used: now,
         };
