@@ -128,6 +128,8 @@ pub struct SequenceMetrics {
     /// OUT_OF_ORDER_SEQUENCE_NUMBER answers caused by kroute's numbering, reported as
     /// REQUEST_TIMED_OUT.
     pub sequence_errors_hidden: Counter,
+    /// Producers kroute did not see start, adopted (asked to reset to a newer epoch).
+    pub adopted: Counter,
     /// OUT_OF_ORDER_SEQUENCE_NUMBER answers passed to the client (the broker's state differs
     /// from kroute's: the client must reset, as it would without kroute).
     pub sequence_errors_passed: Counter,
@@ -138,6 +140,7 @@ impl SequenceMetrics {
         let outcome = |o: &'static str| counter!("kroute_idempotent_batches_total", "outcome" => o);
         Self {
             renumbered: outcome("renumbered"),
+            adopted: counter!("kroute_idempotent_producers_adopted_total"),
             resent: outcome("resent"),
             answered_from_memory: outcome("answered_from_memory"),
             busy: outcome("busy"),

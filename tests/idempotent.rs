@@ -312,7 +312,7 @@ fn transactional_producers_are_untouched_by_renumbering() {
 }
 
 #[test]
-fn after_a_kroute_crash_running_producers_go_on_untouched_and_nothing_acknowledged_is_lost() {
+fn after_a_kroute_crash_running_producers_reset_then_go_on_untouched_losing_nothing() {
     let mut world = slow_world();
     let topic = unique("route-crash");
     create_topic_two_per_broker(&topic);
@@ -326,7 +326,12 @@ fn after_a_kroute_crash_running_producers_go_on_untouched_and_nothing_acknowledg
     let kroute = &world.kroute;
     run.assert_ok();
     assert_eq!(run.count("errors"), 0);
-    // The new process did not see the producer start: its batches go through untouched.
+    // The new process did not see the producer start: it adopted it (the client reset to a
+    // newer epoch), and the producer's batches then went through untouched.
+    assert_eq!(
+        kroute.metric("kroute_idempotent_producers_adopted_total", &[]),
+        1.0
+    );
     assert_eq!(outcome(kroute, "renumbered"), 0.0);
     assert!(kroute.metric("kroute_batches_kept_total", &["reason=\"idempotent\""]) > 0.0);
 

@@ -5,8 +5,13 @@
 //! InitProducerId answer passing through it): a new producer id has no history anywhere, and
 //! the producer reaches the cluster only through this kroute. A producer that was already
 //! producing when kroute started (or that kroute forgot) is never renumbered: its batches stay
-//! byte-identical where the client put them (docs/idempotent-routing.md says what that means
-//! after a kroute restart).
+//! byte-identical where the client put them. But an earlier kroute process may have renumbered
+//! it: its own numbers could then match numbers a broker holds, and a broker answers a batch
+//! whose numbers match one of its last five as a duplicate, without appending it (a silent
+//! loss). So such a producer is *adopted*: its batches of the epoch kroute first saw are
+//! answered OUT_OF_ORDER_SEQUENCE_NUMBER without being sent; the client resets to a newer epoch
+//! (KIP-360: numbering restarts at 0, which brokers accept), and batches of newer epochs pass
+//! untouched.
 //!
 //! Each owned producer gets upstream connections of its own for its renumbered batches, and a
 //! batch is numbered and queued in one step under the producer's lock, always on the same
@@ -55,6 +60,9 @@ impl LinkKey {
 /// What kroute keeps for one owned producer.
 pub struct ProducerState {
     pub sequences: Producer,
+    /// Set for a producer kroute did not see start (adopted): its batches of epochs before
+    /// this are refused, later ones pass untouched, never renumbered.
+    pub passes_from: Option<i16>,
     links: HashMap<LinkKey, Upstream>,
     last_used: Instant,
 }
@@ -115,6 +123,18 @@ impl Producers {
 
     /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
     pub fn own(&self, producer_id: i64, now: Instant) {
+        self.insert(producer_id, None, now);
+    }
+
+    /// An idempotent producer kroute did not see start, seen at `epoch`: from now on its
+    /// batches of that epoch are refused (it resets to a new epoch) and later ones pass
+    /// untouched. None if there is no room (or no newer epoch).
+    pub fn adopt(&self, producer_id: i64, epoch: i16, now: Instant) -> Option<Arc<OwnedProducer>> {
+        self.insert(producer_id, Some(epoch.checked_add(1)?), now);
+        self.get(producer_id)
+    }
+
+    fn insert(&self, producer_id: i64, passes_from: Option<i16>, now: Instant) {
         let mut map = self.map();
         if map.contains_key(&producer_id) {
             return;
@@ -128,6 +148,7 @@ impl Producers {
         }
         let state = ProducerState {
             sequences: Producer::default(),
+            passes_from,
             links: HashMap::new(),
             last_used: now,
         };

@@ -34,9 +34,10 @@ use crate::route::sequence::{BatchKey, Lookup, code};
 use crate::route::{Merge, Part, Plan, Split};
 use crate::upstream::{Outbound, PendingReply};
 
-/// The owned producer whose batches fill this request, if kroute owns one: the producer of
-/// the first idempotent batch in a routed topic. (acks=0 never comes from an idempotent
-/// producer; such batches are left alone.)
+/// The producer whose batches fill this request: the producer of the first idempotent batch in
+/// a routed topic, owned, or adopted if kroute did not see it start
+/// ([`crate::route::producers`]). (acks=0 never comes from an idempotent producer; such
+/// batches are left alone.)
 pub(super) fn owner(
     proxy: &Proxy,
     acks: i16,
@@ -46,13 +47,20 @@ pub(super) fn owner(
     if acks == 0 || !routing.routes_idempotent() {
         return None;
     }
-    let producer_id = topics
+    let first = topics
         .iter()
         .filter(|(name, _)| routing.routes_topic(name.as_str()))
         .flat_map(|(_, t)| &t.partitions)
-        .find_map(|p| sequenced(p.records.as_ref()?))?
-        .producer_id;
-    Some((producer_id, proxy.router.producers.get(producer_id)?))
+        .find_map(|p| sequenced(p.records.as_ref()?))?;
+    let producers = &proxy.router.producers;
+    let owned = producers.get(first.producer_id).or_else(|| {
+        let adopted = producers.adopt(first.producer_id, first.epoch, Instant::now());
+        if adopted.is_some() {
+            proxy.metrics.sequencing.adopted.increment(1);
+        }
+        adopted
+    })?;
+    Some((first.producer_id, owned))
 }
 
 /// Where one partition entry goes.
@@ -114,8 +122,20 @@ pub(super) fn plan(
                 .filter(|_| routed)
                 .and_then(sequenced)
                 .filter(|s| s.producer_id == producer_id);
-            let placement = match (records, numbering) {
-                (Some(records), Some(s)) => {
+            let placement = match (records, numbering, state.passes_from) {
+                // An adopted producer: its old epoch is refused, newer ones pass untouched.
+                (Some(_), Some(s), Some(from)) if s.epoch < from => {
+                    Placement::Local(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                }
+                (Some(_), Some(_), Some(_)) => {
+                    proxy
+                        .metrics
+                        .routing
+                        .kept(KeepReason::Idempotent)
+                        .increment(1);
+                    Placement::Untouched
+                }
+                (Some(records), Some(s), None) => {
                     let key = BatchKey {
                         topic: topic.name.clone(),
                         partition: entry.index,

@@ -118,17 +118,38 @@ fn entries(frame: &Bytes) -> Vec<(String, i32, Bytes)> {
         .collect()
 }
 
-#[test]
-fn an_idempotent_producer_kroute_did_not_see_start_is_left_alone() {
+#[tokio::test]
+async fn an_idempotent_producer_kroute_did_not_see_start_resets_then_passes_untouched() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
-    let idempotent = batch(&[None, None], Compression::None, 5, false);
-    let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
-    assert!(matches!(
-        plan(&p, 1, true, &head, &produce, &frame),
-        Plan::Forward
-    ));
-    assert!(p.router.producers.get(5).is_none());
+    let old_epoch = batch(&[None, None], Compression::None, 5, false);
+    let (head, produce, frame) = request(&[("t", 0, old_epoch)], -1, None);
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    assert!(
+        s.parts.is_empty(),
+        "nothing of the epoch kroute first saw is sent"
+    );
+    let merged = s.merge.unwrap().merge(vec![]);
+    let header_version = ApiKey::Produce.response_header_version(VERSION);
+    let (_, mut body) = crate::protocol::header::split_response(&merged, header_version).unwrap();
+    let r = ProduceResponse::decode(&mut body, VERSION).unwrap();
+    let p0 = &r.responses[0].partition_responses[0];
+    assert_eq!((p0.index, p0.error_code), (0, 45));
+
+    // The client's next epoch passes untouched, where the client put it.
+    let mut next_epoch = batch(&[None, None], Compression::None, 5, false).to_vec();
+    next_epoch[51..53].copy_from_slice(&1i16.to_be_bytes());
+    let crc = crc32c::crc32c(&next_epoch[21..]);
+    next_epoch[17..21].copy_from_slice(&crc.to_be_bytes());
+    let next_epoch = Bytes::from(next_epoch);
+    let (head, produce, frame) = request(&[("t", 0, next_epoch.clone())], -1, None);
+    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    assert_eq!(s.parts.len(), 1);
+    assert_eq!(s.parts[0].node_id, 1);
+    assert_eq!(
+        entries(&s.parts[0].frame),
+        vec![("t".into(), 0, next_epoch)]
+    );
 }
 
 /// A broker's encoded answer (header v1, correlation id 42) for one partition of topic "t".
