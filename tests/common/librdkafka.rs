@@ -112,6 +112,27 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
 /// Reads `topic` from the beginning until `expect` records arrived (and a moment longer, so
 /// duplicates would show): id -> the partition of each copy found.
 pub fn consume_all(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<String, Vec<i32>> {
+    consume_until(bootstrap, topic, |n, _| n >= expect)
+}
+
+/// Reads `topic` from the beginning until every id of `ids` arrived, however many duplicates
+/// come with them (and a moment longer): id -> the partition of each copy found.
+pub fn consume_ids<'a>(
+    bootstrap: &str,
+    topic: &str,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, Vec<i32>> {
+    let wanted: std::collections::BTreeSet<String> = ids.into_iter().map(String::from).collect();
+    consume_until(bootstrap, topic, |_, got| {
+        got.len() >= wanted.len() && wanted.iter().all(|id| got.contains_key(id))
+    })
+}
+
+fn consume_until(
+    bootstrap: &str,
+    topic: &str,
+    done: impl Fn(usize, &BTreeMap<String, Vec<i32>>) -> bool,
+) -> BTreeMap<String, Vec<i32>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("rd-check"))
@@ -122,27 +143,27 @@ pub fn consume_all(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<Stri
     consumer.subscribe(&[topic]).expect("subscribe");
     let mut got: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     let mut n = 0;
-    let mut keep = |m: &BorrowedMessage| {
+    let keep = |got: &mut BTreeMap<String, Vec<i32>>, m: &BorrowedMessage| {
         let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
         let id = value.split(' ').next().unwrap_or_default().to_string();
         got.entry(id).or_default().push(m.partition());
     };
     wait_for("all records consumed", Duration::from_secs(90), || {
         // Drain what is there; wait_for's pause only comes when nothing arrived for 200 ms.
-        while n < expect {
+        while !done(n, &got) {
             match consumer.poll(Timeout::After(Duration::from_millis(200))) {
                 Some(Ok(m)) => {
-                    keep(&m);
+                    keep(&mut got, &m);
                     n += 1;
                 }
                 Some(Err(_)) | None => break,
             }
         }
-        (n >= expect).then_some(())
+        done(n, &got).then_some(())
     });
     for _ in 0..10 {
         if let Some(Ok(m)) = consumer.poll(Timeout::After(Duration::from_millis(100))) {
-            keep(&m);
+            keep(&mut got, &m);
         }
     }
     got
