@@ -111,7 +111,10 @@ fn spawn_kroute(config: &std::path::Path, logs: &Arc<Mutex<Vec<String>>>) -> Chi
     let mut child = Command::new(env!("CARGO_BIN_EXE_kroute"))
         .arg("--config")
         .arg(config)
-        .env("RUST_LOG", "info")
+        .env(
+            "RUST_LOG",
+            std::env::var("KROUTE_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

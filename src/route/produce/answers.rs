@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::metrics::SequenceMetrics;
 use crate::protocol::header::split_response;
@@ -92,6 +92,7 @@ pub fn record(
                      the client resets its producer state"
                 );
             } else {
+                debug!(key = ?b.key, target = b.target, seq = b.seq, "kroute's out-of-order hidden");
                 metrics.sequence_errors_hidden.increment(1);
             }
         }

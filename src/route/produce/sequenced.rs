@@ -20,6 +20,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use tokio::sync::oneshot;
+use tracing::debug;
 
 use super::answers::{Numbered, recorder};
 use super::merge::{ProduceMerge, Route};
@@ -340,6 +341,7 @@ impl Place<'_, '_> {
                 Placement::Local(code::NONE)
             }
             Lookup::StillInFlight => {
+                debug!(?key, "retry while the first copy is unanswered");
                 counters.busy.increment(1);
                 Placement::Local(code::REQUEST_TIMED_OUT)
             }
@@ -391,6 +393,7 @@ impl Place<'_, '_> {
                     stays.then_some((self.home, key.partition))
                 });
                 let Some((node, target)) = target else {
+                    debug!(?key, "no partition takes the batch now");
                     counters.busy.increment(1);
                     return Placement::Local(code::REQUEST_TIMED_OUT);
                 };
@@ -403,6 +406,7 @@ impl Place<'_, '_> {
                         records: records.clone(),
                     },
                     None => {
+                        debug!(?key, target, "the partition cannot number the batch now");
                         counters.busy.increment(1);
                         Placement::Local(code::REQUEST_TIMED_OUT)
                     }
