@@ -177,6 +177,8 @@ impl Lane {
 struct ClientPartition {
     epoch: i16,
     recent: VecDeque<Assignment>,
+    /// The client's sequence right after its last batch kroute numbered in this epoch.
+    next_base: Option<i32>,
 }
 
 /// Adds `n` to a sequence number the way Kafka does: after i32::MAX comes 0.
@@ -212,8 +214,10 @@ impl Producer {
             .or_insert_with(|| ClientPartition {
                 epoch: key.epoch,
                 recent: VecDeque::new(),
+                next_base: None,
             });
         if key.epoch > client.epoch {
+            client.next_base = None;
             // The client moved this partition to a new epoch: it will never retry the older
             // epoch's batches here. (Java rewrites them into the new epoch.)
             client.epoch = key.epoch;
@@ -256,6 +260,17 @@ impl Producer {
         }
     }
 
+    /// Whether numbering this fresh batch now keeps the client's order: no earlier batch of its
+    /// partition is still unnumbered (answered "not now" and not retried yet). A client
+    /// retries one partition's batches in their order, waiting for each; had kroute numbered a
+    /// later batch first on the same lane, the earlier one would wait for it forever.
+    pub fn in_client_order(&self, key: &BatchKey) -> bool {
+        self.clients
+            .get(&(key.topic.clone(), key.partition))
+            .and_then(|c| c.next_base.filter(|_| c.epoch == key.epoch))
+            .is_none_or(|next| !after(key.base, next))
+    }
+
     /// Whether a fresh batch of `epoch` may be numbered on partition `target` of `topic` now.
     pub fn lane_takes(&self, topic: &Bytes, target: i32, epoch: i16) -> bool {
         // A lookup by borrowed key would need the tuple; partitions are few, so build it.
@@ -283,7 +298,7 @@ impl Producer {
     /// None if the client has too many unresolved batches on its partition to remember one
     /// more, or the lane does not take the batch.
     pub fn assign(&mut self, key: &BatchKey, target: i32) -> Option<i32> {
-        if !self.lane_takes(&key.topic, target, key.epoch) {
+        if !self.lane_takes(&key.topic, target, key.epoch) || !self.in_client_order(key) {
             return None;
         }
         let client = self.clients.get_mut(&(key.topic.clone(), key.partition))?;
@@ -307,6 +322,10 @@ impl Producer {
         lane.numbered.push_back(seq);
         if lane.numbered.len() >= BROKER_REMEMBERS {
             lane.numbered.pop_front();
+        }
+        let end = advance(key.base, key.records);
+        if client.next_base.is_none_or(|n| after(end, n)) {
+            client.next_base = Some(end);
         }
         client.recent.push_back(Assignment {
             epoch: key.epoch,

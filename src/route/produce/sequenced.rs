@@ -368,6 +368,14 @@ impl Place<'_, '_> {
                     )),
                 }
             }
+            Lookup::Fresh if !self.state.sequences.in_client_order(&key) => {
+                debug!(
+                    ?key,
+                    "an earlier batch of its partition is not numbered yet"
+                );
+                counters.busy.increment(1);
+                Placement::Local(code::REQUEST_TIMED_OUT)
+            }
             Lookup::Fresh => {
                 let movable = match inspect(records, budget) {
                     Ok(_) if self.layout.is_some() => true,

@@ -895,6 +895,10 @@ mod model {
                 // The first copy is still unanswered: kroute answers a retriable error.
                 Lookup::StillInFlight => return self.report(id, &k, REQUEST_TIMED_OUT),
                 Lookup::Resend { target, seq } => (target, seq),
+                // An earlier batch of its partition is not numbered yet: kroute says "not now".
+                Lookup::Fresh if !self.producer.in_client_order(&k) => {
+                    return self.report(id, &k, REQUEST_TIMED_OUT);
+                }
                 Lookup::Fresh => {
                     let takes: Vec<i32> = (0..self.lanes.len() as i32)
                         .filter(|t| self.producer.lane_takes(&k.topic, *t, k.epoch))
@@ -1165,4 +1169,26 @@ mod model {
             run(partitions, lanes, wrap, true, ops);
         }
     }
+}
+
+#[test]
+fn a_later_batch_is_not_numbered_before_an_earlier_one_of_its_partition() {
+    // The client retries one partition's batches in their order, one at a time: if kroute
+    // numbered B (later) before A (earlier, answered "not now") on one lane, A's numbers would
+    // come after B's, B would wait for A on the broker and A for B in the client, forever.
+    let mut p = Producer::default();
+    let a = key(1, 0, 0, 15);
+    let b = key(1, 0, 15, 15);
+    assert_eq!(p.lookup(&a), Lookup::Fresh);
+    assert!(p.in_client_order(&a), "the first batch seen may go");
+    assert_eq!(place_acked(&mut p, &a, 1), 0);
+    assert_eq!(p.lookup(&b), Lookup::Fresh);
+    let c = key(1, 0, 30, 15);
+    assert!(!p.in_client_order(&c), "b is not numbered yet");
+    assert_eq!(p.lookup(&c), Lookup::Fresh);
+    assert_eq!(p.assign(&c, 1), None);
+    assert!(p.in_client_order(&b));
+    assert_eq!(place(&mut p, &b, 1), 15);
+    assert!(p.in_client_order(&c));
+    assert_eq!(place(&mut p, &c, 1), 30);
 }
