@@ -82,7 +82,11 @@ fn pick_ports(host: &str) -> (u16, u16, u16) {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let base = 20_000 + ((seed * 37 + n * 10) % 30_000) as u16;
         let ports = [base, base + 1, base + 2, base + 3, base + 5, base + 6];
-        if ports.iter().all(|p| port_free(host, *p)) {
+        // Free on 127.0.0.1 too: a test may put relays there in front of kroute's ports.
+        if ports
+            .iter()
+            .all(|p| port_free(host, *p) && port_free("127.0.0.1", *p))
+        {
             return (base + 5, base + 6, base);
         }
     }
