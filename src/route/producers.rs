@@ -184,12 +184,10 @@ impl Producers {
         self.tracked.set(map.len() as f64);
     }
 
-    pub fn len(&self) -> usize {
+    /// How many producers are tracked.
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
         self.map().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -215,7 +213,7 @@ mod tests {
         producers.own(2, t0);
         producers.own(3, t0 + Duration::from_secs(1));
         assert!(producers.get(3).is_none(), "over the cap: not owned");
-        assert_eq!(producers.len(), 2);
+        assert_eq!(producers.tracked(), 2);
         if let Some(p) = producers.get(2) {
             p.lock().touch(t0 + Duration::from_secs(5));
         }

@@ -449,7 +449,8 @@ impl Producer {
         lane.numbered.retain(|s| after(hole, *s));
     }
 
-    /// Client batches currently unresolved (for tests and metrics).
+    /// Client batches currently unresolved.
+    #[cfg(test)]
     pub fn unresolved(&self) -> usize {
         self.clients
             .values()

@@ -66,7 +66,7 @@ impl ProduceMerge {
     }
 }
 
-pub fn no_answer(error: i16) -> PartitionProduceResponse {
+fn no_answer(error: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
         .with_error_code(error)
         .with_base_offset(-1)
