@@ -125,6 +125,8 @@ pub struct SequenceMetrics {
     pub answered_from_memory: Counter,
     /// Batches with nowhere to go yet, answered REQUEST_TIMED_OUT.
     pub busy: Counter,
+    /// Batches that waited in kroute until a partition could number them.
+    pub waited: Counter,
     /// OUT_OF_ORDER_SEQUENCE_NUMBER answers caused by kroute's numbering, reported as
     /// REQUEST_TIMED_OUT.
     pub sequence_errors_hidden: Counter,
@@ -144,6 +146,7 @@ impl SequenceMetrics {
             resent: outcome("resent"),
             answered_from_memory: outcome("answered_from_memory"),
             busy: outcome("busy"),
+            waited: outcome("waited"),
             sequence_errors_hidden: outcome("sequence_error_hidden"),
             sequence_errors_passed: outcome("sequence_error_passed"),
         }

@@ -283,5 +283,8 @@ pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -
 mod answers;
 mod merge;
 mod sequenced;
+mod waiting;
+
+pub use waiting::Waiting;
 #[cfg(test)]
 mod tests;

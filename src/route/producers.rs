@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, counter, gauge};
 
+use super::produce::Waiting;
 use super::sequence::Producer;
 use crate::proxy::Proxy;
 use crate::upstream::Upstream;
@@ -63,6 +64,8 @@ pub struct ProducerState {
     /// Set for a producer kroute did not see start (adopted): its batches of epochs before
     /// this are refused, later ones pass untouched, never renumbered.
     pub passes_from: Option<i16>,
+    /// Batches waiting for a partition to number them.
+    pub waiting: Waiting,
     links: HashMap<LinkKey, Upstream>,
     last_used: Instant,
 }
@@ -149,6 +152,7 @@ impl Producers {
         let state = ProducerState {
             sequences: Producer::default(),
             passes_from,
+            waiting: Waiting::default(),
             links: HashMap::new(),
             last_used: now,
         };

@@ -12,14 +12,17 @@
 //! kroute's numbering caused becomes REQUEST_TIMED_OUT ([`crate::route::sequence`]).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tracing::{debug, warn};
 
+use super::waiting::release;
 use crate::metrics::SequenceMetrics;
 use crate::protocol::header::split_response;
+use crate::proxy::Proxy;
 use crate::route::producers::OwnedProducer;
 use crate::route::sequence::{BatchKey, Producer, code};
 use crate::upstream::{AnswerHook, Reply, UpstreamGone};
@@ -33,16 +36,26 @@ pub struct Numbered {
     pub seq: i32,
 }
 
-/// The hook that records a part's answer for its renumbered `batches`.
+/// The hook that records a part's answer for its renumbered `batches`, then places the
+/// producer's waiting batches that the answer lets in ([`super::waiting`]).
 pub fn recorder(
+    proxy: Arc<Proxy>,
     owner: Arc<OwnedProducer>,
-    metrics: SequenceMetrics,
     version: i16,
     batches: Vec<Numbered>,
 ) -> AnswerHook {
     Box::new(move |answer| {
-        let mut state = owner.lock();
-        record(&mut state.sequences, &metrics, version, &batches, answer)
+        let mut unsent = Vec::new();
+        let answer = {
+            let mut state = owner.lock();
+            let metrics = &proxy.metrics.sequencing;
+            let answer = record(&mut state.sequences, metrics, version, &batches, answer);
+            release(&proxy, &owner, &mut state, Instant::now(), &mut unsent);
+            answer
+        };
+        // Dropping an unsent request records its outcome, under the producer's lock.
+        drop(unsent);
+        answer
     })
 }
 

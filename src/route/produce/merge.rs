@@ -34,6 +34,9 @@ pub enum Route {
     },
     /// Answered by kroute without sending (e.g. a retry of a batch already appended).
     Local { error: i16 },
+    /// Waited in kroute: part `part` answers this one batch, for whichever partition it was
+    /// finally placed on (or for the client's, if kroute answered it).
+    Waiting { part: usize },
 }
 
 /// Merges the answers of a split Produce request back into the client's partitions.
@@ -66,7 +69,7 @@ impl ProduceMerge {
     }
 }
 
-fn no_answer(error: i16) -> PartitionProduceResponse {
+pub(super) fn no_answer(error: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
         .with_error_code(error)
         .with_base_offset(-1)
@@ -115,6 +118,22 @@ impl Merge for ProduceMerge {
                     .map(|(index, route)| {
                         let mut p = match route {
                             Route::Local { error } => no_answer(*error),
+                            Route::Waiting { part } => {
+                                let first = (*part, name.as_str(), i32::MIN);
+                                let last = (*part, name.as_str(), i32::MAX);
+                                let answer = found.range(first..=last).next().map(|(k, _)| *k);
+                                match answer.and_then(|k| found.remove(&k).map(|p| (k.2, p))) {
+                                    Some((partition, mut p)) => {
+                                        if partition != *index {
+                                            p.base_offset = -1;
+                                            p.log_start_offset = -1;
+                                            p.current_leader = LeaderIdAndEpoch::default();
+                                        }
+                                        p
+                                    }
+                                    None => no_answer(NETWORK_EXCEPTION),
+                                }
+                            }
                             Route::Part {
                                 part,
                                 partition,

@@ -24,6 +24,7 @@ use tracing::debug;
 
 use super::answers::{Numbered, recorder};
 use super::merge::{ProduceMerge, Route};
+use super::waiting::{Shape, WAIT_AT_MOST, Waiter, release_at};
 use super::{PARTITION_CURSOR, add_entry, encode_part};
 use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
@@ -33,7 +34,7 @@ use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber, sequence
 use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, Lookup, code};
 use crate::route::{Merge, Part, Plan, Split};
-use crate::upstream::{Outbound, PendingReply};
+use crate::upstream::{Outbound, PendingReply, Reply};
 
 /// The producer whose batches fill this request: the producer of the first idempotent batch in
 /// a routed topic, owned, or adopted if kroute did not see it start
@@ -65,7 +66,7 @@ pub(super) fn owner(
 }
 
 /// Where one partition entry goes.
-enum Placement {
+pub(super) enum Placement {
     /// Byte-identical, to the client's partition on the connection's broker.
     Untouched,
     /// Renumbered from `seq` on partition `target`, led by `node`.
@@ -78,12 +79,14 @@ enum Placement {
     },
     /// Answered by kroute with this error code, not sent.
     Local(i16),
+    /// No partition can number it now: it waits in kroute ([`super::waiting`]).
+    Wait { movable: bool },
 }
 
 /// The broker chosen for the movable batches of one topic in this request, as in
 /// [`super::plan`]: one broker per request keeps requests to few parts.
 #[derive(Default)]
-struct TopicChoice {
+pub(super) struct TopicChoice {
     broker: Option<i32>,
     exhausted: Vec<i32>,
 }
@@ -100,13 +103,21 @@ pub(super) fn plan(
 ) -> Plan {
     let now = Instant::now();
     let routing = &proxy.config.routing;
-    let counters = &proxy.metrics.sequencing;
+    let shape = Shape {
+        header,
+        version: head.api_version,
+        correlation_id: head.correlation_id,
+        acks,
+        timeout_ms,
+    };
     let mut state = owner.lock();
     state.touch(now);
     let mut destinations: Vec<(LinkKey, Vec<TopicProduceData>)> = Vec::new();
     let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
     // The renumbered batches of each part, to record its answer.
     let mut numbered_in: Vec<Vec<Numbered>> = Vec::new();
+    // The answers of batches that wait in kroute, in the order of their `Route::Waiting`.
+    let mut waiting: Vec<oneshot::Receiver<Reply>> = Vec::new();
     let mut budget = InspectBudget::per_request();
 
     for (name, topic) in &topics {
@@ -144,6 +155,7 @@ pub(super) fn plan(
                         base: s.base,
                         records: s.records,
                     };
+                    let earlier_waits = state.waiting.holds_partition_of(&key);
                     let mut place = Place {
                         proxy,
                         state: &mut state,
@@ -153,31 +165,53 @@ pub(super) fn plan(
                         used: &mut used,
                         now,
                     };
-                    match place.entry(key, records, &mut choice, &mut budget) {
+                    let movable = (None, &mut budget);
+                    match place.entry(key.clone(), records, &mut choice, movable, earlier_waits) {
+                        Placement::Wait { movable } if !state.waiting.is_full() => {
+                            let (reply, answer) = oneshot::channel();
+                            state.waiting.push(Waiter {
+                                key,
+                                topic: name.clone(),
+                                records: records.clone(),
+                                movable,
+                                home,
+                                shape: shape.clone(),
+                                deadline: now + WAIT_AT_MOST,
+                                reply,
+                            });
+                            proxy.metrics.sequencing.waited.increment(1);
+                            topic_routes.push(Route::Waiting {
+                                part: waiting.len(),
+                            });
+                            waiting.push(answer);
+                            continue;
+                        }
+                        Placement::Wait { .. } => {
+                            proxy.metrics.sequencing.busy.increment(1);
+                            Placement::Local(code::REQUEST_TIMED_OUT)
+                        }
                         Placement::Numbered {
                             records,
                             key,
                             node,
                             target,
                             seq,
-                        } => {
-                            match renumber(&records, seq) {
-                                Some(records) => Placement::Numbered {
-                                    node,
-                                    target,
-                                    seq,
-                                    key,
-                                    records,
-                                },
-                                // Cannot happen for entries `sequenced` accepted.
-                                None => Placement::Local(state.sequences.resolve(
-                                    &key,
-                                    target,
-                                    seq,
-                                    code::INVALID_RECORD,
-                                )),
-                            }
-                        }
+                        } => match renumber(&records, seq) {
+                            Some(records) => Placement::Numbered {
+                                node,
+                                target,
+                                seq,
+                                key,
+                                records,
+                            },
+                            // Cannot happen for entries `sequenced` accepted.
+                            None => Placement::Local(state.sequences.resolve(
+                                &key,
+                                target,
+                                seq,
+                                code::INVALID_RECORD,
+                            )),
+                        },
                         other => other,
                     }
                 }
@@ -205,14 +239,7 @@ pub(super) fn plan(
                     key,
                     records,
                 } => {
-                    counters.renumbered.increment(1);
-                    if target != entry.index {
-                        let count = key.records.max(0) as u32;
-                        proxy
-                            .metrics
-                            .routing
-                            .moved(name_str, home, node, count, records.len());
-                    }
+                    count_numbered(proxy, name_str, home, node, &key, target, records.len());
                     let numbered = Numbered {
                         topic: name.clone(),
                         key,
@@ -221,6 +248,8 @@ pub(super) fn plan(
                     };
                     (node, target, Some(records), Some(numbered))
                 }
+                // Handled above.
+                Placement::Wait { .. } => continue,
             };
             let link = LinkKey::new(node, partition);
             let part = destination_without(&mut destinations, link, name, partition);
@@ -238,46 +267,45 @@ pub(super) fn plan(
         routes.push(topic_routes);
     }
 
-    let mut parts = Vec::with_capacity(destinations.len());
+    // Waiting batches' parts come after the parts sent now.
+    let sent_now = destinations.len();
+    for route in routes.iter_mut().flatten() {
+        if let Route::Waiting { part } = route {
+            *part += sent_now;
+        }
+    }
+    let mut parts = Vec::with_capacity(sent_now + waiting.len());
     // Requests that could not be queued: dropped only once the producer's lock is released,
     // because dropping one records its batches' outcome under that lock.
     let mut unsent: Vec<PendingReply> = Vec::new();
-    numbered_in.resize_with(destinations.len(), Vec::new);
+    numbered_in.resize_with(sent_now, Vec::new);
     for ((link, topic_data), numbered) in destinations.into_iter().zip(numbered_in) {
-        let node_id = link.node_id;
-        let body = ProduceRequest::default()
-            .with_acks(acks)
-            .with_timeout_ms(timeout_ms)
-            .with_topic_data(topic_data);
-        let frame = encode_part(&header, &body, head.api_version).unwrap_or_default();
         let (reply, sent) = oneshot::channel();
-        let mut pending = PendingReply::new(
-            ApiKey::Produce as i16,
-            head.api_version,
-            head.correlation_id,
+        let frame = queue(
+            proxy,
+            &owner,
+            &mut state,
+            &shape,
+            link,
+            topic_data,
+            numbered,
             reply,
+            &mut unsent,
         );
-        if !numbered.is_empty() {
-            let hook = recorder(owner.clone(), counters.clone(), head.api_version, numbered);
-            pending = pending.with_hook(hook);
-        }
-        if let Some(addr) = proxy.cluster.address(node_id).filter(|_| !frame.is_empty()) {
-            let out = Outbound {
-                frame: frame.clone(),
-                pending: Some(pending),
-            };
-            // A full or closed connection gives the request back: its answer is then "none
-            // came", recorded as such, and the part fails retriably.
-            if let Err(out) = state.link(proxy, link, &addr).try_send(out) {
-                unsent.extend(out.pending);
-            }
-        } else {
-            unsent.push(pending);
-        }
         parts.push(Part {
-            node_id,
+            node_id: link.node_id,
             frame,
             sent: Some(sent),
+        });
+    }
+    if !waiting.is_empty() {
+        release_at(proxy.clone(), owner.clone(), now + WAIT_AT_MOST);
+    }
+    for answer in waiting {
+        parts.push(Part {
+            node_id: home,
+            frame: Bytes::new(),
+            sent: Some(answer),
         });
     }
     drop(state);
@@ -287,6 +315,110 @@ pub(super) fn plan(
         parts,
         merge: Some(Box::new(merge) as Box<dyn Merge>),
     })
+}
+
+/// Counts a batch sent with kroute's numbers (and its move, if it moved).
+fn count_numbered(
+    proxy: &Proxy,
+    topic: &str,
+    home: i32,
+    node: i32,
+    key: &BatchKey,
+    target: i32,
+    bytes: usize,
+) {
+    proxy.metrics.sequencing.renumbered.increment(1);
+    if target != key.partition {
+        let count = key.records.max(0) as u32;
+        proxy.metrics.routing.moved(topic, home, node, count, bytes);
+    }
+}
+
+/// Queues one request of the producer on its connection `link`: `topic_data` in a request
+/// shaped like the client's, answered to `reply`, recording the outcome of its `numbered`
+/// batches on the way. Returns the frame. A request that cannot be queued (full or closed
+/// connection, unknown broker) goes to `unsent`: dropped once the producer's lock is released,
+/// it records "no answer came" and its part fails retriably.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn queue(
+    proxy: &Arc<Proxy>,
+    owner: &Arc<OwnedProducer>,
+    state: &mut ProducerState,
+    shape: &Shape,
+    link: LinkKey,
+    topic_data: Vec<TopicProduceData>,
+    numbered: Vec<Numbered>,
+    reply: oneshot::Sender<Reply>,
+    unsent: &mut Vec<PendingReply>,
+) -> Bytes {
+    let body = ProduceRequest::default()
+        .with_acks(shape.acks)
+        .with_timeout_ms(shape.timeout_ms)
+        .with_topic_data(topic_data);
+    let frame = encode_part(&shape.header, &body, shape.version).unwrap_or_default();
+    let mut pending = PendingReply::new(
+        ApiKey::Produce as i16,
+        shape.version,
+        shape.correlation_id,
+        reply,
+    );
+    if !numbered.is_empty() {
+        let hook = recorder(proxy.clone(), owner.clone(), shape.version, numbered);
+        pending = pending.with_hook(hook);
+    }
+    match proxy
+        .cluster
+        .address(link.node_id)
+        .filter(|_| !frame.is_empty())
+    {
+        Some(addr) => {
+            let out = Outbound {
+                frame: frame.clone(),
+                pending: Some(pending),
+            };
+            if let Err(out) = state.link(proxy, link, &addr).try_send(out) {
+                unsent.extend(out.pending);
+            }
+        }
+        None => unsent.push(pending),
+    }
+    frame
+}
+
+/// Queues one batch that waited: renumbered `records` of `topic` for partition `target` of
+/// broker `node`, with kroute's base sequence `seq` for client batch `key`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn queue_waited(
+    proxy: &Arc<Proxy>,
+    owner: &Arc<OwnedProducer>,
+    state: &mut ProducerState,
+    shape: &Shape,
+    (home, node, target, key, seq): (i32, i32, i32, BatchKey, i32),
+    (topic, records): (TopicName, Bytes),
+    reply: oneshot::Sender<Reply>,
+    unsent: &mut Vec<PendingReply>,
+) {
+    count_numbered(
+        proxy,
+        topic.as_str(),
+        home,
+        node,
+        &key,
+        target,
+        records.len(),
+    );
+    let mut topic_data = Vec::with_capacity(1);
+    add_entry(&mut topic_data, &topic, target, Some(records));
+    let numbered = vec![Numbered {
+        topic,
+        key,
+        target,
+        seq,
+    }];
+    let link = LinkKey::new(node, target);
+    queue(
+        proxy, owner, state, shape, link, topic_data, numbered, reply, unsent,
+    );
 }
 
 /// The part for connection `link` that does not name `partition` of `topic` yet (a Produce
@@ -315,24 +447,28 @@ fn destination_without(
 }
 
 /// What placing one entry needs to see.
-struct Place<'a, 'b> {
-    proxy: &'a Proxy,
-    state: &'a mut ProducerState,
-    home: i32,
-    name: &'a str,
-    layout: Option<&'a TopicLayout>,
-    used: &'b mut HashSet<i32>,
-    now: Instant,
+pub(super) struct Place<'a, 'b> {
+    pub proxy: &'a Proxy,
+    pub state: &'a mut ProducerState,
+    pub home: i32,
+    pub name: &'a str,
+    pub layout: Option<&'a TopicLayout>,
+    pub used: &'b mut HashSet<i32>,
+    pub now: Instant,
 }
 
 impl Place<'_, '_> {
-    /// Decides where a renumbered entry goes and with which numbers.
-    fn entry(
+    /// Decides where a renumbered entry goes and with which numbers. `movable` is known for a
+    /// batch that already waited (else the batch is inspected here, within the request's
+    /// `budget`); `earlier_waits` tells
+    /// whether an earlier batch of its client partition is waiting in kroute.
+    pub fn entry(
         &mut self,
         key: BatchKey,
         records: &Bytes,
         choice: &mut TopicChoice,
-        budget: &mut InspectBudget,
+        (movable, budget): (Option<bool>, &mut InspectBudget),
+        earlier_waits: bool,
     ) -> Placement {
         let counters = &self.proxy.metrics.sequencing;
         match self.state.sequences.lookup(&key) {
@@ -368,57 +504,76 @@ impl Place<'_, '_> {
                     )),
                 }
             }
-            Lookup::Fresh if !self.state.sequences.in_client_order(&key) => {
-                debug!(
-                    ?key,
-                    "an earlier batch of its partition is not numbered yet"
-                );
-                counters.busy.increment(1);
-                Placement::Local(code::REQUEST_TIMED_OUT)
-            }
             Lookup::Fresh => {
-                let movable = match inspect(records, budget) {
-                    Ok(_) if self.layout.is_some() => true,
-                    Ok(_) => {
-                        self.kept(KeepReason::UnknownTopic);
-                        false
-                    }
-                    Err(reason) => {
-                        self.kept(reason);
-                        false
-                    }
-                };
-                let target = if movable {
-                    self.choose(&key, records.len(), choice)
-                } else {
-                    None
-                };
-                let target = target.or_else(|| {
-                    let stays =
-                        self.state
-                            .sequences
-                            .lane_takes(&key.topic, key.partition, key.epoch);
-                    stays.then_some((self.home, key.partition))
-                });
-                let Some((node, target)) = target else {
-                    debug!(?key, "no partition takes the batch now");
-                    counters.busy.increment(1);
-                    return Placement::Local(code::REQUEST_TIMED_OUT);
-                };
-                match self.state.sequences.assign(&key, target) {
-                    Some(seq) => Placement::Numbered {
-                        node,
-                        target,
-                        seq,
-                        key,
-                        records: records.clone(),
-                    },
-                    None => {
-                        debug!(?key, target, "the partition cannot number the batch now");
-                        counters.busy.increment(1);
-                        Placement::Local(code::REQUEST_TIMED_OUT)
-                    }
-                }
+                let movable = movable.unwrap_or_else(|| self.movable(records, budget));
+                self.fresh(key, records, choice, movable, earlier_waits)
+            }
+        }
+    }
+
+    /// Whether a fresh batch may move: keyless and readable, in a topic kroute knows.
+    fn movable(&self, records: &Bytes, budget: &mut InspectBudget) -> bool {
+        match inspect(records, budget) {
+            Ok(_) if self.layout.is_some() => true,
+            Ok(_) => {
+                self.kept(KeepReason::UnknownTopic);
+                false
+            }
+            Err(reason) => {
+                self.kept(reason);
+                false
+            }
+        }
+    }
+
+    fn fresh(
+        &mut self,
+        key: BatchKey,
+        records: &Bytes,
+        choice: &mut TopicChoice,
+        movable: bool,
+        earlier_waits: bool,
+    ) -> Placement {
+        let counters = &self.proxy.metrics.sequencing;
+        if !self.state.sequences.in_client_order(&key) {
+            if earlier_waits {
+                return Placement::Wait { movable };
+            }
+            // The earlier batch was answered "not now": the client retries it first, and
+            // waits for this one's answer before it does.
+            debug!(
+                ?key,
+                "an earlier batch of its partition is not numbered yet"
+            );
+            counters.busy.increment(1);
+            return Placement::Local(code::REQUEST_TIMED_OUT);
+        }
+        let target = if movable {
+            self.choose(&key, records.len(), choice)
+        } else {
+            None
+        };
+        let target = target.or_else(|| {
+            let stays = self
+                .state
+                .sequences
+                .lane_takes(&key.topic, key.partition, key.epoch);
+            stays.then_some((self.home, key.partition))
+        });
+        match target.and_then(|(node, target)| {
+            let seq = self.state.sequences.assign(&key, target)?;
+            Some((node, target, seq))
+        }) {
+            Some((node, target, seq)) => Placement::Numbered {
+                node,
+                target,
+                seq,
+                key,
+                records: records.clone(),
+            },
+            None => {
+                debug!(?key, "no partition takes the batch now: it waits");
+                Placement::Wait { movable }
             }
         }
     }

@@ -18,7 +18,8 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::header::produce_head;
 use crate::route::batch::tests::batch;
-use crate::route::sequence::code::NETWORK_EXCEPTION;
+use crate::route::sequence::code::{self, NETWORK_EXCEPTION};
+use crate::route::sequence::{BatchKey, Lookup};
 use crate::upstream::Reply;
 use crate::upstream::UpstreamGone;
 
@@ -437,4 +438,121 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
             .unwrap()
             .is_err()
     );
+}
+
+/// A batch of owned producer 5, numbered by the client from `base`.
+fn numbered_from(base: i32) -> Bytes {
+    let b = batch(&[None, None], Compression::None, 5, false);
+    crate::route::batch::renumber(&b, base).unwrap()
+}
+
+/// The leader of partition `partition` of topic "t" in [`proxy`]'s layout.
+fn leader(partition: i32) -> i32 {
+    partition / 2 + 1
+}
+
+/// The (partition, error) pairs of a merged answer.
+fn merged_errors(merged: &Bytes) -> Vec<(i32, i16)> {
+    let header_version = ApiKey::Produce.response_header_version(VERSION);
+    let (_, mut body) = crate::protocol::header::split_response(merged, header_version).unwrap();
+    let r = ProduceResponse::decode(&mut body, VERSION).unwrap();
+    r.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code))
+        .collect()
+}
+
+/// Fills all six lanes of producer 5 with a first batch each (a lane's first batch goes alone
+/// until acknowledged; the test has no brokers, so each stays unresolved); returns the
+/// (client partition, lane) of each.
+fn fill_every_lane(p: &Arc<Proxy>) -> Vec<(i32, i32)> {
+    p.router.producers.own(5, Instant::now());
+    let mut lanes = Vec::new();
+    for partition in 0..6 {
+        let (head, produce, frame) = request(&[("t", partition, numbered_from(0))], -1, None);
+        let s = split(plan(p, leader(partition), true, &head, &produce, &frame));
+        let (_, target, _) = entries(&s.parts[0].frame)[0].clone();
+        lanes.push((partition, target));
+    }
+    let mut targets: Vec<i32> = lanes.iter().map(|l| l.1).collect();
+    targets.sort_unstable();
+    assert_eq!(targets, vec![0, 1, 2, 3, 4, 5], "one first batch per lane");
+    lanes
+}
+
+fn key(partition: i32, base: i32) -> BatchKey {
+    BatchKey {
+        topic: Bytes::from_static(b"t"),
+        partition,
+        epoch: 0,
+        base,
+        records: 2,
+    }
+}
+
+#[tokio::test]
+async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one() {
+    let p = proxy("strict-cost");
+    let lanes = fill_every_lane(&p);
+    let owner = p.router.producers.get(5).unwrap();
+
+    let (head, produce, frame) = request(&[("t", 0, numbered_from(2))], -1, None);
+    let mut s = split(plan(&p, leader(0), true, &head, &produce, &frame));
+    assert_eq!(s.parts.len(), 1);
+    assert!(s.parts[0].frame.is_empty(), "nothing sent yet");
+    let mut answer = s.parts[0].sent.take().unwrap();
+    assert!(answer.try_recv().is_err(), "no answer while it waits");
+    assert_eq!(owner.lock().sequences.lookup(&key(0, 2)), Lookup::Fresh);
+
+    // The first batch of client partition 3 is acknowledged: its lane takes more now.
+    let (_, freed) = lanes[3];
+    let mut unsent = Vec::new();
+    {
+        let mut state = owner.lock();
+        state.sequences.resolve(&key(3, 0), freed, 0, code::NONE);
+        super::waiting::release(&p, &owner, &mut state, Instant::now(), &mut unsent);
+        // Numbered on the freed lane, right after the acknowledged batch.
+        assert_eq!(state.sequences.lookup(&key(0, 2)), Lookup::StillInFlight);
+    }
+    drop(unsent);
+    // (No broker here: the request it went out in is answered "none came".)
+    let answers = vec![answer.await.unwrap()];
+    assert_eq!(
+        merged_errors(&s.merge.unwrap().merge(answers)),
+        vec![(0, NETWORK_EXCEPTION)]
+    );
+    assert_eq!(
+        owner.lock().sequences.lookup(&key(0, 2)),
+        Lookup::Resend {
+            target: freed,
+            seq: 2
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_batch_is_answered_retriable_at_its_deadline_and_later_ones_follow_it() {
+    let p = proxy("strict-cost");
+    fill_every_lane(&p);
+    let owner = p.router.producers.get(5).unwrap();
+    let mut waiting = Vec::new();
+    for base in [2, 4] {
+        let (head, produce, frame) = request(&[("t", 0, numbered_from(base))], -1, None);
+        let mut s = split(plan(&p, leader(0), true, &head, &produce, &frame));
+        assert!(s.parts[0].frame.is_empty(), "batch {base} waits");
+        let answer = s.parts[0].sent.take().unwrap();
+        waiting.push((s.merge.unwrap(), answer));
+    }
+    let late = Instant::now() + super::waiting::WAIT_AT_MOST + Duration::from_millis(1);
+    let mut unsent = Vec::new();
+    super::waiting::release(&p, &owner, &mut owner.lock(), late, &mut unsent);
+    for (merge, answer) in waiting {
+        let merged = merge.merge(vec![answer.await.unwrap()]);
+        assert_eq!(merged_errors(&merged), vec![(0, code::REQUEST_TIMED_OUT)]);
+    }
+    // Neither got a number: the client's retries are fresh batches.
+    let mut state = owner.lock();
+    assert_eq!(state.sequences.lookup(&key(0, 2)), Lookup::Fresh);
+    assert_eq!(state.sequences.lookup(&key(0, 4)), Lookup::Fresh);
 }
