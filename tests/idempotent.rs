@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::librdkafka::{assert_exactly_once, consume_all, consume_ids};
+use common::librdkafka::{Produce, assert_exactly_once, consume_all, consume_ids, produce};
 use common::slow::*;
 use common::*;
 
@@ -122,6 +122,49 @@ fn java_default_producer_batches_move_without_sequence_errors() {
 
     let acked = run.acks();
     assert_eq!(acked.len(), 20000);
+    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
+    assert_exactly_once(ids(&acked), &consumed);
+    kroute.assert_clean_logs(&[]);
+}
+
+/// librdkafka's idempotent producer checks its own sequence bookkeeping strictly (an
+/// unexpected sequence error is fatal to it): through kroute its keyless batches move too.
+#[test]
+fn librdkafka_idempotent_producer_batches_move_without_errors() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-rd-idem");
+    create_topic_two_per_broker(&topic);
+
+    let before = produce_bytes(kroute);
+    // Any failed delivery (a fatal idempotence error included) fails `produce`.
+    let acked = produce(
+        &kroute.bootstrap,
+        &topic,
+        15_000,
+        Produce {
+            prefix: "ri-",
+            per_second: Some(3000),
+            idempotent: true,
+            ..Default::default()
+        },
+    );
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share with the idempotent librdkafka producer: {share:.3}");
+    assert!(
+        share < 0.2,
+        "slow broker 2 got {share:.3} of the idempotent producer's bytes (equal: 0.33)"
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(outcome(kroute, "renumbered") > 0.0);
+    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+    assert_eq!(
+        outcome(kroute, "sequence_error_passed"),
+        0.0,
+        "kroute passed sequence errors to the client"
+    );
+
+    let acked: Vec<(String, i32)> = acked.into_iter().map(|a| (a.id, a.partition)).collect();
     let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
     assert_exactly_once(ids(&acked), &consumed);
     kroute.assert_clean_logs(&[]);

@@ -282,6 +282,7 @@ pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -
 
 mod answers;
 mod merge;
+mod place;
 mod sequenced;
 mod waiting;
 

@@ -280,6 +280,14 @@ impl Producer {
             .is_none_or(|lane| lane.takes(epoch) && self.remembered(&tp, lane))
     }
 
+    /// Batches sent to partition `target` of `topic` and not resolved yet: those a new batch
+    /// there would queue behind.
+    pub fn lane_load(&self, topic: &Bytes, target: i32) -> u32 {
+        self.lanes
+            .get(&(topic.clone(), target))
+            .map_or(0, |lane| lane.in_flight + lane.pending)
+    }
+
     /// Whether every unresolved batch of `lane` is among its last BROKER_REMEMBERS - 1
     /// numbered, so that the broker still remembers it after one more is appended.
     fn remembered(&self, tp: &TopicPartition, lane: &Lane) -> bool {

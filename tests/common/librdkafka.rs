@@ -31,6 +31,8 @@ pub struct Produce<'a> {
     pub per_second: Option<u32>,
     /// Send every record to this partition instead of letting the partitioner choose.
     pub partition: Option<i32>,
+    /// `enable.idempotence` (librdkafka's default is false).
+    pub idempotent: bool,
 }
 
 impl Default for Produce<'_> {
@@ -41,6 +43,7 @@ impl Default for Produce<'_> {
             keys: Keys::None,
             per_second: None,
             partition: None,
+            idempotent: false,
         }
     }
 }
@@ -62,6 +65,10 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
         .set("linger.ms", "5")
         .set("compression.codec", how.codec)
         .set("message.timeout.ms", "60000")
+        .set(
+            "enable.idempotence",
+            if how.idempotent { "true" } else { "false" },
+        )
         .create()
         .expect("rdkafka producer");
     let rt = tokio::runtime::Runtime::new().expect("runtime");

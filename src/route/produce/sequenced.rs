@@ -5,34 +5,32 @@
 //! writes to. A client's retry goes where the first attempt went, with the same numbers; a
 //! retry of a batch already appended is answered from memory. Keyed batches stay on their
 //! partition; keyless ones move as in [`super::plan`], to partitions whose numbering can take
-//! them now. A batch that has nowhere to go right now (its partition is waiting for the answer
-//! to an earlier epoch's batches, say) is answered REQUEST_TIMED_OUT, and the client retries it.
+//! them now. A batch that has nowhere to go right now (every lane that could take it carries
+//! its first batch, say) waits in kroute until an answer frees a lane ([`super::waiting`]).
 //!
 //! The parts are queued here, under the producer's lock, on the producer's own connections
 //! ([`crate::route::producers`]), so each partition receives its batches in numbering order.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use tokio::sync::oneshot;
-use tracing::debug;
 
 use super::answers::{Numbered, recorder};
 use super::merge::{ProduceMerge, Route};
+use super::place::{Place, Placement, TopicChoice};
 use super::waiting::{Shape, WAIT_AT_MOST, Waiter, release_at};
-use super::{PARTITION_CURSOR, add_entry, encode_part};
-use crate::cluster::TopicLayout;
+use super::{add_entry, encode_part};
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
 use crate::proxy::Proxy;
-use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber, sequenced};
+use crate::route::batch::{InspectBudget, KeepReason, renumber, sequenced};
 use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
-use crate::route::sequence::{BatchKey, Lookup, code};
+use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
 use crate::upstream::{Outbound, PendingReply, Reply};
 
@@ -63,32 +61,6 @@ pub(super) fn owner(
         adopted
     })?;
     Some((first.producer_id, owned))
-}
-
-/// Where one partition entry goes.
-pub(super) enum Placement {
-    /// Byte-identical, to the client's partition on the connection's broker.
-    Untouched,
-    /// Renumbered from `seq` on partition `target`, led by `node`.
-    Numbered {
-        node: i32,
-        target: i32,
-        seq: i32,
-        key: BatchKey,
-        records: Bytes,
-    },
-    /// Answered by kroute with this error code, not sent.
-    Local(i16),
-    /// No partition can number it now: it waits in kroute ([`super::waiting`]).
-    Wait { movable: bool },
-}
-
-/// The broker chosen for the movable batches of one topic in this request, as in
-/// [`super::plan`]: one broker per request keeps requests to few parts.
-#[derive(Default)]
-pub(super) struct TopicChoice {
-    broker: Option<i32>,
-    exhausted: Vec<i32>,
 }
 
 /// Plans the request of owned producer `producer_id`; `header` is the request header bytes.
@@ -444,195 +416,4 @@ fn destination_without(
     }
     destinations.push((link, Vec::new()));
     destinations.len() - 1
-}
-
-/// What placing one entry needs to see.
-pub(super) struct Place<'a, 'b> {
-    pub proxy: &'a Proxy,
-    pub state: &'a mut ProducerState,
-    pub home: i32,
-    pub name: &'a str,
-    pub layout: Option<&'a TopicLayout>,
-    pub used: &'b mut HashSet<i32>,
-    pub now: Instant,
-}
-
-impl Place<'_, '_> {
-    /// Decides where a renumbered entry goes and with which numbers. `movable` is known for a
-    /// batch that already waited (else the batch is inspected here, within the request's
-    /// `budget`); `earlier_waits` tells
-    /// whether an earlier batch of its client partition is waiting in kroute.
-    pub fn entry(
-        &mut self,
-        key: BatchKey,
-        records: &Bytes,
-        choice: &mut TopicChoice,
-        (movable, budget): (Option<bool>, &mut InspectBudget),
-        earlier_waits: bool,
-    ) -> Placement {
-        let counters = &self.proxy.metrics.sequencing;
-        match self.state.sequences.lookup(&key) {
-            Lookup::Acknowledged => {
-                counters.answered_from_memory.increment(1);
-                Placement::Local(code::NONE)
-            }
-            Lookup::StillInFlight => {
-                debug!(?key, "retry while the first copy is unanswered");
-                counters.busy.increment(1);
-                Placement::Local(code::REQUEST_TIMED_OUT)
-            }
-            Lookup::Resend { target, seq } => {
-                // (A partition this request names already goes out in a part of its own.)
-                self.used.insert(target);
-                match self.node_of(key.partition, target) {
-                    Some(node) => {
-                        counters.resent.increment(1);
-                        Placement::Numbered {
-                            node,
-                            target,
-                            seq,
-                            key,
-                            records: records.clone(),
-                        }
-                    }
-                    // Its partition has no known leader: the client retries again later.
-                    None => Placement::Local(self.state.sequences.resolve(
-                        &key,
-                        target,
-                        seq,
-                        code::NETWORK_EXCEPTION,
-                    )),
-                }
-            }
-            Lookup::Fresh => {
-                let movable = movable.unwrap_or_else(|| self.movable(records, budget));
-                self.fresh(key, records, choice, movable, earlier_waits)
-            }
-        }
-    }
-
-    /// Whether a fresh batch may move: keyless and readable, in a topic kroute knows.
-    fn movable(&self, records: &Bytes, budget: &mut InspectBudget) -> bool {
-        match inspect(records, budget) {
-            Ok(_) if self.layout.is_some() => true,
-            Ok(_) => {
-                self.kept(KeepReason::UnknownTopic);
-                false
-            }
-            Err(reason) => {
-                self.kept(reason);
-                false
-            }
-        }
-    }
-
-    fn fresh(
-        &mut self,
-        key: BatchKey,
-        records: &Bytes,
-        choice: &mut TopicChoice,
-        movable: bool,
-        earlier_waits: bool,
-    ) -> Placement {
-        let counters = &self.proxy.metrics.sequencing;
-        if !self.state.sequences.in_client_order(&key) {
-            if earlier_waits {
-                return Placement::Wait { movable };
-            }
-            // The earlier batch was answered "not now": the client retries it first, and
-            // waits for this one's answer before it does.
-            debug!(
-                ?key,
-                "an earlier batch of its partition is not numbered yet"
-            );
-            counters.busy.increment(1);
-            return Placement::Local(code::REQUEST_TIMED_OUT);
-        }
-        let target = if movable {
-            self.choose(&key, records.len(), choice)
-        } else {
-            None
-        };
-        let target = target.or_else(|| {
-            let stays = self
-                .state
-                .sequences
-                .lane_takes(&key.topic, key.partition, key.epoch);
-            stays.then_some((self.home, key.partition))
-        });
-        match target.and_then(|(node, target)| {
-            let seq = self.state.sequences.assign(&key, target)?;
-            Some((node, target, seq))
-        }) {
-            Some((node, target, seq)) => Placement::Numbered {
-                node,
-                target,
-                seq,
-                key,
-                records: records.clone(),
-            },
-            None => {
-                debug!(?key, "no partition takes the batch now: it waits");
-                Placement::Wait { movable }
-            }
-        }
-    }
-
-    /// The broker to send partition `target` to: the connection's own broker for the client's
-    /// partition (the client's view of its leader), kroute's view for any other.
-    fn node_of(&self, client_partition: i32, target: i32) -> Option<i32> {
-        if target == client_partition {
-            return Some(self.home);
-        }
-        self.layout?.leader_of(target)
-    }
-
-    fn kept(&self, reason: KeepReason) {
-        self.proxy.metrics.routing.kept(reason).increment(1);
-    }
-
-    /// Picks (broker, partition) for a movable batch: the strategy's broker for this topic,
-    /// the client's partition if that broker leads it, else a partition of that broker that
-    /// this request does not name yet and whose numbering takes the batch now.
-    fn choose(
-        &mut self,
-        key: &BatchKey,
-        bytes: usize,
-        choice: &mut TopicChoice,
-    ) -> Option<(i32, i32)> {
-        let layout = self.layout?;
-        let router = &self.proxy.router;
-        loop {
-            let broker = match choice.broker {
-                Some(b) => b,
-                None => *choice.broker.insert(router.strict_cost.pick_excluding(
-                    self.name,
-                    layout.leaders(),
-                    &choice.exhausted,
-                    &router.scores,
-                    self.now,
-                )?),
-            };
-            let sequences = &self.state.sequences;
-            let takes = |p: i32| sequences.lane_takes(&key.topic, p, key.epoch);
-            if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
-                router.strict_cost.charge(self.name, broker, bytes);
-                self.kept(KeepReason::Home);
-                return Some((self.home, key.partition));
-            }
-            let free: Vec<i32> = layout
-                .led_by(broker)
-                .filter(|p| !self.used.contains(p) && takes(*p))
-                .collect();
-            if free.is_empty() {
-                choice.exhausted.push(broker);
-                choice.broker = None;
-                continue;
-            }
-            let partition = free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
-            self.used.insert(partition);
-            router.strict_cost.charge(self.name, broker, bytes);
-            return Some((broker, partition));
-        }
-    }
 }

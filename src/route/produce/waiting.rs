@@ -25,7 +25,8 @@ use kafka_protocol::protocol::Encodable;
 use tokio::sync::oneshot;
 
 use super::merge::no_answer;
-use super::sequenced::{Place, Placement, TopicChoice, queue_waited};
+use super::place::{Place, Placement, TopicChoice};
+use super::sequenced::queue_waited;
 use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, renumber};
 use crate::route::producers::{OwnedProducer, ProducerState};

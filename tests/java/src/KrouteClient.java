@@ -24,7 +24,9 @@
  *     max.message.bytes (default 1048588) but not the producer's max.request.size (default
  *     1048576; raise it with --client-config max.request.size=...), else the client rejects it
  *     itself; both fail it with RecordTooLargeException.
- *       ack id=<id> key=<key|null> partition=<p> offset=<o>      (send order; offset -1 if acks=0)
+ *       ack id=<id> key=<key|null> partition=<p> offset=<o> at_ms=<t> latency_us=<l>
+ *                                    (send order; offset -1 if acks=0; at_ms: when send() was
+ *                                    called, from the first send; latency_us: send() to ack)
  *       fail id=<id> key=<key|null> error=<Exception>:<message>  (per failed record)
  *       txn=committed|aborted                        (transactional mode, after the acks)
  *       oversize-error=<Exception simple name|none>  (with --oversize-at; none: it was acked)
@@ -305,6 +307,9 @@ public final class KrouteClient {
         String[] keys = new String[count];
         RecordMetadata[] metas = new RecordMetadata[count];
         Throwable[] errors = new Throwable[count];
+        // send() call and acknowledgement times (ns), for per-record latency
+        long[] sentAt = new long[count];
+        long[] ackedAt = new long[count];
         List<Future<RecordMetadata>> futures = new ArrayList<>(count);
         int errCount = 0;
         String txnResult = null;
@@ -330,7 +335,9 @@ public final class KrouteClient {
                 if (wantSize > size) value = id + " " + "x".repeat(wantSize - size - 1);
                 ids[i] = id;
                 keys[i] = keyed ? "key-" + (i % 10) : null;
+                sentAt[i] = System.nanoTime();
                 futures.add(producer.send(new ProducerRecord<>(topic, keys[i], value), (md, ex) -> {
+                    ackedAt[idx] = System.nanoTime();
                     metas[idx] = md;
                     errors[idx] = ex;
                 }));
@@ -368,12 +375,15 @@ public final class KrouteClient {
                     + " errors=" + producerMetric(producer, "record-error-total");
         }
         int acked = 0;
+        long firstSend = count > 0 ? sentAt[0] : 0;
         for (int i = 0; i < count; i++) {
             String key = keys[i] == null ? "null" : keys[i];
             if (errors[i] == null && metas[i] != null) {
                 acked++;
                 out("ack id=" + ids[i] + " key=" + key + " partition=" + metas[i].partition()
-                        + " offset=" + (metas[i].hasOffset() ? metas[i].offset() : -1));
+                        + " offset=" + (metas[i].hasOffset() ? metas[i].offset() : -1)
+                        + " at_ms=" + (sentAt[i] - firstSend) / 1_000_000
+                        + " latency_us=" + (ackedAt[i] - sentAt[i]) / 1_000);
             } else {
                 out("fail id=" + ids[i] + " key=" + key + " error="
                         + (errors[i] == null ? "NoMetadata:null" : err(errors[i])));

@@ -1,0 +1,281 @@
+//! Where one batch of an owned idempotent producer goes, and with which numbers.
+//!
+//! A client's retry goes where its first attempt went ([`crate::route::sequence::Lookup`]); a
+//! fresh batch goes, if it may move, to the strategy's broker for its topic (the client's
+//! partition if that broker leads it, else a partition of that broker whose lane takes it now,
+//! else the next broker), and otherwise stays on its partition. With no lane to take it, it
+//! waits ([`super::waiting`]).
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tracing::debug;
+
+use super::PARTITION_CURSOR;
+use crate::cluster::TopicLayout;
+use crate::proxy::Proxy;
+use crate::route::batch::{InspectBudget, KeepReason, inspect};
+use crate::route::producers::ProducerState;
+use crate::route::sequence::{BatchKey, Lookup, code};
+
+/// Where one partition entry goes.
+pub(super) enum Placement {
+    /// Byte-identical, to the client's partition on the connection's broker.
+    Untouched,
+    /// Renumbered from `seq` on partition `target`, led by `node`.
+    Numbered {
+        node: i32,
+        target: i32,
+        seq: i32,
+        key: BatchKey,
+        records: Bytes,
+    },
+    /// Answered by kroute with this error code, not sent.
+    Local(i16),
+    /// No partition can number it now: it waits in kroute ([`super::waiting`]).
+    Wait { movable: bool },
+}
+
+/// The broker chosen for the movable batches of one topic in this request, as in
+/// [`super::plan`]: one broker per request keeps requests to few parts.
+#[derive(Default)]
+pub(super) struct TopicChoice {
+    broker: Option<i32>,
+    exhausted: Vec<i32>,
+    /// The cost of the strategy's first choice, which the others are compared with.
+    best_cost: Option<f64>,
+}
+
+/// What placing one entry needs to see.
+pub(super) struct Place<'a, 'b> {
+    pub proxy: &'a Proxy,
+    pub state: &'a mut ProducerState,
+    pub home: i32,
+    pub name: &'a str,
+    pub layout: Option<&'a TopicLayout>,
+    pub used: &'b mut HashSet<i32>,
+    pub now: Instant,
+}
+
+impl Place<'_, '_> {
+    /// Decides where a renumbered entry goes and with which numbers. `movable` is known for a
+    /// batch that already waited (else the batch is inspected here, within the request's
+    /// `budget`); `earlier_waits` tells
+    /// whether an earlier batch of its client partition is waiting in kroute.
+    pub fn entry(
+        &mut self,
+        key: BatchKey,
+        records: &Bytes,
+        choice: &mut TopicChoice,
+        (movable, budget): (Option<bool>, &mut InspectBudget),
+        earlier_waits: bool,
+    ) -> Placement {
+        let counters = &self.proxy.metrics.sequencing;
+        match self.state.sequences.lookup(&key) {
+            Lookup::Acknowledged => {
+                counters.answered_from_memory.increment(1);
+                Placement::Local(code::NONE)
+            }
+            Lookup::StillInFlight => {
+                debug!(?key, "retry while the first copy is unanswered");
+                counters.busy.increment(1);
+                Placement::Local(code::REQUEST_TIMED_OUT)
+            }
+            Lookup::Resend { target, seq } => {
+                // (A partition this request names already goes out in a part of its own.)
+                self.used.insert(target);
+                match self.node_of(key.partition, target) {
+                    Some(node) => {
+                        counters.resent.increment(1);
+                        Placement::Numbered {
+                            node,
+                            target,
+                            seq,
+                            key,
+                            records: records.clone(),
+                        }
+                    }
+                    // Its partition has no known leader: the client retries again later.
+                    None => Placement::Local(self.state.sequences.resolve(
+                        &key,
+                        target,
+                        seq,
+                        code::NETWORK_EXCEPTION,
+                    )),
+                }
+            }
+            Lookup::Fresh => {
+                let movable = movable.unwrap_or_else(|| self.movable(records, budget));
+                self.fresh(key, records, choice, movable, earlier_waits)
+            }
+        }
+    }
+
+    /// Whether a fresh batch may move: keyless and readable, in a topic kroute knows.
+    fn movable(&self, records: &Bytes, budget: &mut InspectBudget) -> bool {
+        match inspect(records, budget) {
+            Ok(_) if self.layout.is_some() => true,
+            Ok(_) => {
+                self.kept(KeepReason::UnknownTopic);
+                false
+            }
+            Err(reason) => {
+                self.kept(reason);
+                false
+            }
+        }
+    }
+
+    fn fresh(
+        &mut self,
+        key: BatchKey,
+        records: &Bytes,
+        choice: &mut TopicChoice,
+        movable: bool,
+        earlier_waits: bool,
+    ) -> Placement {
+        let counters = &self.proxy.metrics.sequencing;
+        if !self.state.sequences.in_client_order(&key) {
+            if earlier_waits {
+                return Placement::Wait { movable };
+            }
+            // The earlier batch was answered "not now": the client retries it first, and
+            // waits for this one's answer before it does.
+            debug!(
+                ?key,
+                "an earlier batch of its partition is not numbered yet"
+            );
+            counters.busy.increment(1);
+            return Placement::Local(code::REQUEST_TIMED_OUT);
+        }
+        let target = match movable.then(|| self.choose(&key, records.len(), choice)) {
+            Some(Choice::Place(node, target)) => Some((node, target)),
+            Some(Choice::Wait) => None,
+            // Not movable, or no broker of the topic takes it: its own partition, if it can.
+            Some(Choice::Nowhere) | None => {
+                let stays = self
+                    .state
+                    .sequences
+                    .lane_takes(&key.topic, key.partition, key.epoch);
+                stays.then_some((self.home, key.partition))
+            }
+        };
+        match target.and_then(|(node, target)| {
+            let seq = self.state.sequences.assign(&key, target)?;
+            Some((node, target, seq))
+        }) {
+            Some((node, target, seq)) => {
+                tracing::trace!(?key, node, target, seq, "numbered");
+                Placement::Numbered {
+                    node,
+                    target,
+                    seq,
+                    key,
+                    records: records.clone(),
+                }
+            }
+            None => {
+                debug!(?key, "no partition takes the batch now: it waits");
+                Placement::Wait { movable }
+            }
+        }
+    }
+
+    /// The broker to send partition `target` to: the connection's own broker for the client's
+    /// partition (the client's view of its leader), kroute's view for any other.
+    fn node_of(&self, client_partition: i32, target: i32) -> Option<i32> {
+        if target == client_partition {
+            return Some(self.home);
+        }
+        self.layout?.leader_of(target)
+    }
+
+    fn kept(&self, reason: KeepReason) {
+        self.proxy.metrics.routing.kept(reason).increment(1);
+    }
+
+    /// Picks (broker, partition) for a movable batch: the strategy's broker for this topic,
+    /// the client's partition if that broker leads it, else the partition of that broker that
+    /// this request does not name yet, whose numbering takes the batch now and has the fewest
+    /// unresolved batches (each waits behind those on its connection). When the strategy's
+    /// broker has no such partition, the next broker is tried, but only while it is not much
+    /// slower: the batch rather waits for a lane of a fast broker, which frees up within one of
+    /// its round trips, than joins a broker several times slower.
+    fn choose(&mut self, key: &BatchKey, bytes: usize, choice: &mut TopicChoice) -> Choice {
+        let Some(layout) = self.layout else {
+            return Choice::Nowhere;
+        };
+        let router = &self.proxy.router;
+        loop {
+            let broker = match choice.broker {
+                Some(b) => b,
+                None => {
+                    let Some(b) = router.strict_cost.pick_excluding(
+                        self.name,
+                        layout.leaders(),
+                        &choice.exhausted,
+                        &router.scores,
+                        self.now,
+                    ) else {
+                        return Choice::Nowhere;
+                    };
+                    if let (Some(best), Some(cost)) = (choice.best_cost, self.cost(b))
+                        && cost > SPILL_FACTOR * best
+                    {
+                        return Choice::Wait;
+                    }
+                    *choice.broker.insert(b)
+                }
+            };
+            if choice.best_cost.is_none() {
+                choice.best_cost = self.cost(broker);
+            }
+            let sequences = &self.state.sequences;
+            let takes = |p: i32| sequences.lane_takes(&key.topic, p, key.epoch);
+            if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
+                router.strict_cost.charge(self.name, broker, bytes);
+                self.kept(KeepReason::Home);
+                return Choice::Place(self.home, key.partition);
+            }
+            let free: Vec<(u32, i32)> = layout
+                .led_by(broker)
+                .filter(|p| !self.used.contains(p) && takes(*p))
+                .map(|p| (sequences.lane_load(&key.topic, p), p))
+                .collect();
+            let Some(least) = free.iter().map(|f| f.0).min() else {
+                choice.exhausted.push(broker);
+                choice.broker = None;
+                continue;
+            };
+            let emptiest: Vec<i32> = free.iter().filter(|f| f.0 == least).map(|f| f.1).collect();
+            let cursor = PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed);
+            let partition = emptiest[cursor % emptiest.len()];
+            self.used.insert(partition);
+            router.strict_cost.charge(self.name, broker, bytes);
+            return Choice::Place(broker, partition);
+        }
+    }
+
+    /// The strategy's current cost of `broker`, if it has one.
+    fn cost(&self, broker: i32) -> Option<f64> {
+        let scores = &self.proxy.router.scores;
+        scores.costs(&[broker], self.now).first().copied().flatten()
+    }
+}
+
+/// How much slower than the strategy's first choice a broker may be for a batch to go there
+/// when the first choice has no lane free (see [`Place::choose`]).
+const SPILL_FACTOR: f64 = 2.0;
+
+/// The outcome of [`Place::choose`].
+enum Choice {
+    /// To partition `.1` of broker `.0`.
+    Place(i32, i32),
+    /// The lanes of the brokers fast enough for it are full for now.
+    Wait,
+    /// kroute does not know the topic, or no broker has a lane that takes it: the batch stays
+    /// on its partition if it can.
+    Nowhere,
+}
