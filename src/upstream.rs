@@ -129,7 +129,7 @@ impl Upstream {
         node_id: i32,
         addr: &str,
     ) -> std::io::Result<Upstream> {
-        let link = Link::new(proxy, node_id, false);
+        let link = Link::new(proxy, node_id);
         let stream = dial(proxy, &link, addr).await?;
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
         start(stream, rx, proxy.clone(), link.clone());
@@ -138,14 +138,8 @@ impl Upstream {
 
     /// Opens a connection in the background: requests may be queued at once (up to `queue`);
     /// if the connection cannot be made, their replies fail as if the broker had gone away.
-    ///
-    /// Such a connection is kroute's own (an owned idempotent producer's), on which kroute
-    /// itself pipelines several requests: a broker works on them one at a time, so each is
-    /// scored from when the broker could start on it (the previous answer), not from when kroute
-    /// queued it. Otherwise kroute's own queue would make a fast broker look slow and steer
-    /// batches to slower ones.
     pub fn open(proxy: &Arc<Proxy>, node_id: i32, addr: String, queue: usize) -> Upstream {
-        let link = Link::new(proxy, node_id, true);
+        let link = Link::new(proxy, node_id);
         let (tx, rx) = mpsc::channel(queue);
         let (proxy, background) = (proxy.clone(), link.clone());
         tokio::spawn(async move {
@@ -230,15 +224,12 @@ struct Link {
     client_left: AtomicBool,
     /// Set when the reader has stopped: nothing sent from then on can be answered.
     reader_done: AtomicBool,
-    /// Score answers from when the broker could start on them (see [`Upstream::open`]).
-    queue_aware: bool,
 }
 
 impl Link {
-    fn new(proxy: &Proxy, node_id: i32, queue_aware: bool) -> Arc<Link> {
+    fn new(proxy: &Proxy, node_id: i32) -> Arc<Link> {
         Arc::new(Link {
             node_id,
-            queue_aware,
             metrics: proxy.metrics.broker(node_id),
             score: (node_id >= 0).then(|| proxy.router.scores.broker(node_id)),
             client_left: AtomicBool::new(false),
@@ -309,8 +300,6 @@ async fn read_responses(
         64 * 1024,
     );
     let mut waiting: VecDeque<InFlight> = VecDeque::new();
-    // When the previous answer arrived: the broker works on one request at a time.
-    let mut previous_answer: Option<Instant> = None;
     let ended = loop {
         let frame = match frames.next().await {
             Some(Ok(frame)) => frame,
@@ -329,13 +318,8 @@ async fn read_responses(
             .latency(pending.api_key)
             .record(now.saturating_duration_since(sent));
         if let Some(score) = link.is_scored(pending.api_key) {
-            let since = match previous_answer {
-                Some(previous) if link.queue_aware => previous.max(sent),
-                _ => sent,
-            };
-            score.answered_after(sent, since, now, &proxy.router.scores.config);
+            score.answered(sent, now, &proxy.router.scores.config);
         }
-        previous_answer = Some(now);
         match response_correlation_id(&frame) {
             Ok(id) if id == pending.correlation_id => {}
             _ => {

@@ -106,21 +106,8 @@ impl BrokerScore {
 
     /// The request sent at `sent` was answered at `now`.
     pub fn answered(&self, sent: Instant, now: Instant, config: &ScoreConfig) {
-        self.answered_after(sent, sent, now, config);
-    }
-
-    /// The request sent at `sent` was answered at `now`; the broker could start on it only at
-    /// `since` (it works on one request per connection at a time, and this one queued behind
-    /// an earlier one until then), so `now - since` is the sample.
-    pub fn answered_after(
-        &self,
-        sent: Instant,
-        since: Instant,
-        now: Instant,
-        config: &ScoreConfig,
-    ) {
         let sent_micros = self.micros(sent);
-        let rtt = now.saturating_duration_since(since.max(sent)).as_secs_f64() * 1e6;
+        let rtt = now.saturating_duration_since(sent).as_secs_f64() * 1e6;
         let mut s = self.state();
         s.sent_sum_micros = s.sent_sum_micros.saturating_sub(sent_micros);
         s.in_flight = s.in_flight.saturating_sub(1);
@@ -287,27 +274,6 @@ mod tests {
         s.unavailable(t0, ms(3000));
         assert!(!s.is_available(t0 + ms(2999)));
         assert!(s.is_available(t0 + ms(3000)));
-    }
-
-    #[test]
-    fn a_request_queued_behind_another_is_scored_from_when_the_broker_could_start_it() {
-        let cfg = ScoreConfig::default();
-        let t0 = Instant::now();
-        let s = BrokerScore::new(t0, 1);
-        // Five requests pipelined at t0 on one connection; the broker takes 4 ms for each.
-        for _ in 0..5 {
-            s.sent(t0);
-        }
-        s.answered(t0, t0 + ms(4), &cfg);
-        for i in 1..5 {
-            let previous = t0 + ms(4 * i);
-            s.answered_after(t0, previous, previous + ms(4), &cfg);
-        }
-        let cost = s.cost(t0 + ms(20), &cfg).unwrap();
-        assert!(
-            (cost - 4_000.0).abs() < 1.0,
-            "4 ms per request, not the 20 ms the last one waited: {cost}"
-        );
     }
 
     #[test]
