@@ -44,8 +44,6 @@ pub(super) enum Placement {
 pub(super) struct TopicChoice {
     broker: Option<i32>,
     exhausted: Vec<i32>,
-    /// The cost of the strategy's first choice, which the others are compared with.
-    best_cost: Option<f64>,
 }
 
 /// What placing one entry needs to see.
@@ -152,7 +150,6 @@ impl Place<'_, '_> {
         }
         let target = match movable.then(|| self.choose(&key, records.len(), choice)) {
             Some(Choice::Place(node, target)) => Some((node, target)),
-            Some(Choice::Wait) => None,
             // Not movable, or no broker of the topic takes it: its own partition, if it can.
             Some(Choice::Nowhere) | None => {
                 let stays = self
@@ -199,10 +196,12 @@ impl Place<'_, '_> {
     /// Picks (broker, partition) for a movable batch: the strategy's broker for this topic,
     /// the client's partition if that broker leads it, else the partition of that broker that
     /// this request does not name yet, whose numbering takes the batch now and has the fewest
-    /// unresolved batches (each waits behind those on its connection). When the strategy's
-    /// broker has no such partition, the next broker is tried, but only while it is not much
-    /// slower: the batch rather waits for a lane of a fast broker, which frees up within one of
-    /// its round trips, than joins a broker several times slower.
+    /// unresolved batches (each waits behind those on its connection); when the strategy's
+    /// broker has no such partition, the next broker. (A rule that let a batch wait for a fast
+    /// broker's lane rather than join one more than twice as slow was tried and dropped: at
+    /// max load, brokers' costs grow with their queues, and in the skewed layouts of
+    /// bench/routing.sh a third of the batches then waited for the four partitions of the
+    /// least loaded broker; throughput fell from about 0.75x to 0.55x of direct.)
     fn choose(&mut self, key: &BatchKey, bytes: usize, choice: &mut TopicChoice) -> Choice {
         let Some(layout) = self.layout else {
             return Choice::Nowhere;
@@ -221,17 +220,9 @@ impl Place<'_, '_> {
                     ) else {
                         return Choice::Nowhere;
                     };
-                    if let (Some(best), Some(cost)) = (choice.best_cost, self.cost(b))
-                        && cost > SPILL_FACTOR * best
-                    {
-                        return Choice::Wait;
-                    }
                     *choice.broker.insert(b)
                 }
             };
-            if choice.best_cost.is_none() {
-                choice.best_cost = self.cost(broker);
-            }
             let sequences = &self.state.sequences;
             let takes = |p: i32| sequences.lane_takes(&key.topic, p, key.epoch);
             if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
@@ -257,24 +248,12 @@ impl Place<'_, '_> {
             return Choice::Place(broker, partition);
         }
     }
-
-    /// The strategy's current cost of `broker`, if it has one.
-    fn cost(&self, broker: i32) -> Option<f64> {
-        let scores = &self.proxy.router.scores;
-        scores.costs(&[broker], self.now).first().copied().flatten()
-    }
 }
-
-/// How much slower than the strategy's first choice a broker may be for a batch to go there
-/// when the first choice has no lane free (see [`Place::choose`]).
-const SPILL_FACTOR: f64 = 2.0;
 
 /// The outcome of [`Place::choose`].
 enum Choice {
     /// To partition `.1` of broker `.0`.
     Place(i32, i32),
-    /// The lanes of the brokers fast enough for it are full for now.
-    Wait,
     /// kroute does not know the topic, or no broker has a lane that takes it: the batch stays
     /// on its partition if it can.
     Nowhere,

@@ -597,24 +597,3 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
         vec![(0, NETWORK_EXCEPTION, -1), (1, 0, 50)]
     );
 }
-
-#[tokio::test]
-async fn a_batch_waits_for_a_fast_brokers_lane_rather_than_joining_a_much_slower_broker() {
-    let p = proxy("strict-cost");
-    slow_broker(&p, 1);
-    p.router.producers.own(5, Instant::now());
-    // The fast brokers' four lanes each carry a first batch (unresolved: no brokers here).
-    for partition in 2..6 {
-        let (head, produce, frame) = request(&[("t", partition, numbered_from(0))], -1, None);
-        let s = split(plan(&p, leader(partition), true, &head, &produce, &frame));
-        let (_, target, _) = entries(&s.parts[0].frame)[0].clone();
-        assert!(target >= 2, "a fast broker's lane: {target}");
-    }
-    // A batch from the slow broker's partition: its own lanes are free, but 20x slower.
-    let (head, produce, frame) = request(&[("t", 0, numbered_from(0))], -1, None);
-    let s = split(plan(&p, leader(0), true, &head, &produce, &frame));
-    assert_eq!(s.parts.len(), 1);
-    assert!(s.parts[0].frame.is_empty(), "it waits for a fast lane");
-    let owner = p.router.producers.get(5).unwrap();
-    assert_eq!(owner.lock().sequences.lookup(&key(0, 0)), Lookup::Fresh);
-}
