@@ -16,9 +16,9 @@ use tracing::debug;
 use super::PARTITION_CURSOR;
 use crate::cluster::TopicLayout;
 use crate::proxy::Proxy;
-use crate::route::batch::{InspectBudget, KeepReason, inspect};
+use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber};
 use crate::route::producers::ProducerState;
-use crate::route::sequence::{BatchKey, Lookup, code};
+use crate::route::sequence::{BatchKey, Lookup, Producer, code};
 
 /// Where one partition entry goes.
 pub(super) enum Placement {
@@ -36,6 +36,34 @@ pub(super) enum Placement {
     Local(i16),
     /// No partition can number it now: it waits in kroute ([`super::waiting`]).
     Wait { movable: bool },
+}
+
+impl Placement {
+    /// With kroute's base sequence written into a numbered batch (and its CRC recomputed). A
+    /// batch that cannot be rewritten (which cannot happen for entries `sequenced` accepted) is
+    /// answered INVALID_RECORD, its numbers left as a hole.
+    pub fn renumbered(self, sequences: &mut Producer) -> Placement {
+        let Placement::Numbered {
+            node,
+            target,
+            seq,
+            key,
+            records,
+        } = self
+        else {
+            return self;
+        };
+        match renumber(&records, seq) {
+            Some(records) => Placement::Numbered {
+                node,
+                target,
+                seq,
+                key,
+                records,
+            },
+            None => Placement::Local(sequences.resolve(&key, target, seq, code::INVALID_RECORD)),
+        }
+    }
 }
 
 /// The broker chosen for the movable batches of one topic in this request, as in

@@ -28,7 +28,7 @@ use super::{add_entry, encode_part};
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
 use crate::proxy::Proxy;
-use crate::route::batch::{InspectBudget, KeepReason, renumber, sequenced};
+use crate::route::batch::{InspectBudget, KeepReason, sequenced};
 use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
@@ -138,7 +138,9 @@ pub(super) fn plan(
                         now,
                     };
                     let movable = (None, &mut budget);
-                    match place.entry(key.clone(), records, &mut choice, movable, earlier_waits) {
+                    let placement =
+                        place.entry(key.clone(), records, &mut choice, movable, earlier_waits);
+                    match placement.renumbered(&mut state.sequences) {
                         Placement::Wait { movable } if !state.waiting.is_full() => {
                             let (reply, answer) = oneshot::channel();
                             state.waiting.push(Waiter {
@@ -162,28 +164,6 @@ pub(super) fn plan(
                             proxy.metrics.sequencing.busy.increment(1);
                             Placement::Local(code::REQUEST_TIMED_OUT)
                         }
-                        Placement::Numbered {
-                            records,
-                            key,
-                            node,
-                            target,
-                            seq,
-                        } => match renumber(&records, seq) {
-                            Some(records) => Placement::Numbered {
-                                node,
-                                target,
-                                seq,
-                                key,
-                                records,
-                            },
-                            // Cannot happen for entries `sequenced` accepted.
-                            None => Placement::Local(state.sequences.resolve(
-                                &key,
-                                target,
-                                seq,
-                                code::INVALID_RECORD,
-                            )),
-                        },
                         other => other,
                     }
                 }

@@ -28,7 +28,7 @@ use super::merge::no_answer;
 use super::place::{Place, Placement, TopicChoice};
 use super::sequenced::queue_waited;
 use crate::proxy::Proxy;
-use crate::route::batch::{InspectBudget, renumber};
+use crate::route::batch::InspectBudget;
 use crate::route::producers::{OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::upstream::{PendingReply, Reply};
@@ -141,7 +141,7 @@ pub fn release(
             (Some(w.movable), &mut budget),
             earlier_waits,
         );
-        match placement {
+        match placement.renumbered(&mut state.sequences) {
             Placement::Wait { .. } if now < w.deadline => keep.push_back(w),
             Placement::Wait { .. } => {
                 counters.busy.increment(1);
@@ -157,13 +157,6 @@ pub fn release(
                 key,
                 records,
             } => {
-                let Some(records) = renumber(&records, seq) else {
-                    let error = state
-                        .sequences
-                        .resolve(&key, target, seq, code::INVALID_RECORD);
-                    answer(w, error);
-                    continue;
-                };
                 let Waiter {
                     topic,
                     shape,
