@@ -77,6 +77,15 @@ pub(super) fn no_answer(error: i16) -> PartitionProduceResponse {
         .with_log_start_offset(-1)
 }
 
+/// The answer of another partition, as reported for the client's: its offsets and leader
+/// describe that other partition, so they are left unknown.
+fn moved_answer(mut p: PartitionProduceResponse) -> PartitionProduceResponse {
+    p.base_offset = -1;
+    p.log_start_offset = -1;
+    p.current_leader = LeaderIdAndEpoch::default();
+    p
+}
+
 impl Merge for ProduceMerge {
     fn merge(self: Box<Self>, answers: Vec<Reply>) -> Bytes {
         let header_version = ApiKey::Produce.response_header_version(self.version);
@@ -123,14 +132,8 @@ impl Merge for ProduceMerge {
                                 let last = (*part, name.as_str(), i32::MAX);
                                 let answer = found.range(first..=last).next().map(|(k, _)| *k);
                                 match answer.and_then(|k| found.remove(&k).map(|p| (k.2, p))) {
-                                    Some((partition, mut p)) => {
-                                        if partition != *index {
-                                            p.base_offset = -1;
-                                            p.log_start_offset = -1;
-                                            p.current_leader = LeaderIdAndEpoch::default();
-                                        }
-                                        p
-                                    }
+                                    Some((partition, p)) if partition != *index => moved_answer(p),
+                                    Some((_, p)) => p,
                                     None => no_answer(NETWORK_EXCEPTION),
                                 }
                             }
@@ -140,13 +143,8 @@ impl Merge for ProduceMerge {
                                 moved,
                             } => {
                                 let answer = found.remove(&(*part, name.as_str(), *partition));
-                                let mut p = answer.unwrap_or_else(|| no_answer(NETWORK_EXCEPTION));
-                                if *moved {
-                                    p.base_offset = -1;
-                                    p.log_start_offset = -1;
-                                    p.current_leader = LeaderIdAndEpoch::default();
-                                }
-                                p
+                                let p = answer.unwrap_or_else(|| no_answer(NETWORK_EXCEPTION));
+                                if *moved { moved_answer(p) } else { p }
                             }
                         };
                         p.index = *index;

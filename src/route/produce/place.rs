@@ -176,17 +176,17 @@ impl Place<'_, '_> {
             counters.busy.increment(1);
             return Placement::Local(code::REQUEST_TIMED_OUT);
         }
-        let target = match movable.then(|| self.choose(&key, records.len(), choice)) {
-            Some(Choice::Place(node, target)) => Some((node, target)),
-            // Not movable, or no broker of the topic takes it: its own partition, if it can.
-            Some(Choice::Nowhere) | None => {
-                let stays = self
-                    .state
-                    .sequences
-                    .lane_takes(&key.topic, key.partition, key.epoch);
-                stays.then_some((self.home, key.partition))
-            }
-        };
+        let moved = movable
+            .then(|| self.choose(&key, records.len(), choice))
+            .flatten();
+        // Not movable, or no broker of the topic takes it: its own partition, if it can.
+        let target = moved.or_else(|| {
+            let stays = self
+                .state
+                .sequences
+                .lane_takes(&key.topic, key.partition, key.epoch);
+            stays.then_some((self.home, key.partition))
+        });
         match target.and_then(|(node, target)| {
             let seq = self.state.sequences.assign(&key, target)?;
             Some((node, target, seq))
@@ -230,33 +230,31 @@ impl Place<'_, '_> {
     /// max load, brokers' costs grow with their queues, and in the skewed layouts of
     /// bench/routing.sh a third of the batches then waited for the four partitions of the
     /// least loaded broker; throughput fell from about 0.75x to 0.55x of direct.)
-    fn choose(&mut self, key: &BatchKey, bytes: usize, choice: &mut TopicChoice) -> Choice {
-        let Some(layout) = self.layout else {
-            return Choice::Nowhere;
-        };
+    fn choose(
+        &mut self,
+        key: &BatchKey,
+        bytes: usize,
+        choice: &mut TopicChoice,
+    ) -> Option<(i32, i32)> {
+        let layout = self.layout?;
         let router = &self.proxy.router;
         loop {
             let broker = match choice.broker {
                 Some(b) => b,
-                None => {
-                    let Some(b) = router.strict_cost.pick_excluding(
-                        self.name,
-                        layout.leaders(),
-                        &choice.exhausted,
-                        &router.scores,
-                        self.now,
-                    ) else {
-                        return Choice::Nowhere;
-                    };
-                    *choice.broker.insert(b)
-                }
+                None => *choice.broker.insert(router.strict_cost.pick_excluding(
+                    self.name,
+                    layout.leaders(),
+                    &choice.exhausted,
+                    &router.scores,
+                    self.now,
+                )?),
             };
             let sequences = &self.state.sequences;
             let takes = |p: i32| sequences.lane_takes(&key.topic, p, key.epoch);
             if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
                 router.strict_cost.charge(self.name, broker, bytes);
                 self.kept(KeepReason::Home);
-                return Choice::Place(self.home, key.partition);
+                return Some((self.home, key.partition));
             }
             let free: Vec<(u32, i32)> = layout
                 .led_by(broker)
@@ -273,16 +271,7 @@ impl Place<'_, '_> {
             let partition = emptiest[cursor % emptiest.len()];
             self.used.insert(partition);
             router.strict_cost.charge(self.name, broker, bytes);
-            return Choice::Place(broker, partition);
+            return Some((broker, partition));
         }
     }
-}
-
-/// The outcome of [`Place::choose`].
-enum Choice {
-    /// To partition `.1` of broker `.0`.
-    Place(i32, i32),
-    /// kroute does not know the topic, or no broker has a lane that takes it: the batch stays
-    /// on its partition if it can.
-    Nowhere,
 }
