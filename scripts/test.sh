@@ -10,7 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 started_here=0
-if ! scripts/cluster.sh status 2>/dev/null | grep -qx 'mode relayed' || ! scripts/cluster.sh status >/dev/null 2>&1; then
+# The status is captured first: `status | grep -q` under pipefail fails whenever grep's early exit
+# kills the status script with SIGPIPE, which restarted a perfectly good cluster.
+status=$(scripts/cluster.sh status 2>/dev/null) && status_ok=1 || status_ok=0
+if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status"; then
   scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running or direct-mode cluster
   scripts/cluster.sh start --relayed
   started_here=1

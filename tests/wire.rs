@@ -215,10 +215,15 @@ impl CaptureRelay {
                 thread::spawn(move || {
                     let mut buf = [0u8; 64 * 1024];
                     while let Ok(n) = s_read.read(&mut buf) {
-                        if n == 0 || c_write.write_all(&buf[..n]).is_err() {
+                        if n == 0 {
                             break;
                         }
+                        // Recorded before it is forwarded: once a client has read a reply,
+                        // the capture already holds it (the control check relies on that).
                         sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                        if c_write.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
                     }
                     let _ = c_write.shutdown(Shutdown::Both);
                 });
