@@ -73,6 +73,8 @@
 #                         [docs/benchmarks.md]
 #   BENCH_CHART           PNG chart path, "none" to skip [docs/routing-benchmark.png, or
 #                         target/bench-routing/routing-benchmark.png when BENCH_DOCS=none]
+#   BENCH_ROUTING_EXTRA   extra lines for kroute-strict's [routing] table, e.g.
+#                         "lane_spill_depth = 5", to compare settings side by side [none]
 #   BENCH_BUILD           1 = cargo build --release first [1]
 #   KROUTE_BIN            kroute binary [target/release/kroute]
 #   BENCH_IDEMPOTENT      1 = idempotent producers (enable.idempotence=true) and the checks above;
@@ -282,6 +284,9 @@ include = ["bench-rt-*"]
 EOF
   # explicit, though it is the default: kroute renumbers (and may move) idempotent batches
   if [ "$IDEMPOTENT" = 1 ]; then echo "idempotent = true" >>"$OUT/kroute-$k.toml"; fi
+  if [ $k = strict ] && [ -n "${BENCH_ROUTING_EXTRA:-}" ]; then
+    printf '%s\n' "$BENCH_ROUTING_EXTRA" >>"$OUT/kroute-$k.toml"
+  fi
   "$KROUTE_BIN" --config "$OUT/kroute-$k.toml" </dev/null >"$OUT/kroute-$k.log" 2>&1 &
   KR_PID[$k]=$!
 done
@@ -447,6 +452,7 @@ duration_s=$((SECONDS - bench_start))
 topic_prefix=$TOPIC_PREFIX
 idempotent=$IDEMPOTENT
 baseline=$BASELINE
+routing_extra=$(tr '\n' ';' <<<"${BENCH_ROUTING_EXTRA:-}")
 EOF
 )
 export BENCH_META

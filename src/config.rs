@@ -62,6 +62,12 @@ pub struct RoutingConfig {
     /// their batches stay where the client put them.
     #[serde(default = "default_max_producers")]
     pub max_producers: usize,
+    /// How many unresolved batches an idempotent producer's partition (lane) may hold before
+    /// its next batches prefer another broker's idle partitions, even a slower broker's. A
+    /// lane moves one batch per broker round trip; 5 (the broker's deduplication window)
+    /// turns spilling off.
+    #[serde(default = "default_lane_spill_depth")]
+    pub lane_spill_depth: u32,
 }
 
 /// The routing strategy.
@@ -98,6 +104,9 @@ fn default_producer_expiry_ms() -> u64 {
 fn default_max_producers() -> usize {
     10_000
 }
+fn default_lane_spill_depth() -> u32 {
+    2
+}
 
 impl Default for RoutingConfig {
     fn default() -> Self {
@@ -111,6 +120,7 @@ impl Default for RoutingConfig {
             idempotent: true,
             producer_expiry_ms: default_producer_expiry_ms(),
             max_producers: default_max_producers(),
+            lane_spill_depth: default_lane_spill_depth(),
         }
     }
 }
@@ -391,6 +401,10 @@ impl Config {
                 self.routing.producer_expiry_ms,
             ),
             ("routing.max_producers", self.routing.max_producers as u64),
+            (
+                "routing.lane_spill_depth",
+                u64::from(self.routing.lane_spill_depth),
+            ),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be above 0".into()));

@@ -76,6 +76,9 @@ pub struct Router {
     pub scores: Scores,
     pub strict_cost: StrictCost,
     pub producers: Producers,
+    /// Unresolved batches a lane may hold before an idempotent batch spills to another
+    /// broker (`routing.lane_spill_depth`).
+    pub lane_spill_depth: u32,
 }
 
 impl Router {
@@ -90,6 +93,7 @@ impl Router {
                 Duration::from_millis(config.producer_expiry_ms),
                 config.max_producers,
             ),
+            lane_spill_depth: config.lane_spill_depth,
         }
     }
 }

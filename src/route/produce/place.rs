@@ -72,6 +72,9 @@ impl Placement {
 pub(super) struct TopicChoice {
     broker: Option<i32>,
     exhausted: Vec<i32>,
+    /// Set once every broker was passed over at the spill depth: lanes are then filled up to
+    /// what their numbering takes.
+    deep: bool,
 }
 
 /// What placing one entry needs to see.
@@ -225,11 +228,19 @@ impl Place<'_, '_> {
     /// the client's partition if that broker leads it, else the partition of that broker that
     /// this request does not name yet, whose numbering takes the batch now and has the fewest
     /// unresolved batches (each waits behind those on its connection); when the strategy's
-    /// broker has no such partition, the next broker. (A rule that let a batch wait for a fast
-    /// broker's lane rather than join one more than twice as slow was tried and dropped: at
-    /// max load, brokers' costs grow with their queues, and in the skewed layouts of
-    /// bench/routing.sh a third of the batches then waited for the four partitions of the
-    /// least loaded broker; throughput fell from about 0.75x to 0.55x of direct.)
+    /// broker has no such partition, the next broker.
+    ///
+    /// First pass: only lanes with fewer than `routing.lane_spill_depth` unresolved batches
+    /// count. A lane moves one batch per broker round trip (docs/idempotent-routing.md), so a
+    /// batch queued deep behind a fast broker's few partitions waits longer than one sent at
+    /// once to an idle partition of a slower broker. Only when no broker has such a lane are
+    /// lanes filled up to the broker's deduplication window, in strategy order again.
+    ///
+    /// (A rule that let a batch wait for a fast broker's lane rather than join one more than
+    /// twice as slow was tried and dropped: at max load, brokers' costs grow with their
+    /// queues, and in the skewed layouts of bench/routing.sh a third of the batches then
+    /// waited for the four partitions of the least loaded broker; throughput fell from about
+    /// 0.75x to 0.55x of direct.)
     fn choose(
         &mut self,
         key: &BatchKey,
@@ -241,16 +252,35 @@ impl Place<'_, '_> {
         loop {
             let broker = match choice.broker {
                 Some(b) => b,
-                None => *choice.broker.insert(router.strict_cost.pick_excluding(
-                    self.name,
-                    layout.leaders(),
-                    &choice.exhausted,
-                    &router.scores,
-                    self.now,
-                )?),
+                None => {
+                    let picked = router.strict_cost.pick_excluding(
+                        self.name,
+                        layout.leaders(),
+                        &choice.exhausted,
+                        &router.scores,
+                        self.now,
+                    );
+                    match picked {
+                        Some(b) => *choice.broker.insert(b),
+                        None if !choice.deep => {
+                            choice.deep = true;
+                            choice.exhausted.clear();
+                            continue;
+                        }
+                        None => return None,
+                    }
+                }
             };
             let sequences = &self.state.sequences;
-            let takes = |p: i32| sequences.lane_takes(&key.topic, p, key.epoch);
+            let depth = if choice.deep {
+                u32::MAX
+            } else {
+                router.lane_spill_depth
+            };
+            let takes = |p: i32| {
+                sequences.lane_takes(&key.topic, p, key.epoch)
+                    && sequences.lane_load(&key.topic, p) < depth
+            };
             if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
                 router.strict_cost.charge(self.name, broker, bytes);
                 self.kept(KeepReason::Home);

@@ -31,8 +31,13 @@ fn topic(name: &str) -> TopicName {
 
 /// A proxy routing topics "t*", where topic "t" has partitions 0-5 led by 1,1,2,2,3,3.
 fn proxy(strategy: &str) -> Arc<Proxy> {
+    proxy_with(strategy, "")
+}
+
+/// [`proxy`] with more lines for its `[routing]` table.
+fn proxy_with(strategy: &str, routing: &str) -> Arc<Proxy> {
     let text = format!(
-        "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n[routing]\nstrategy = \"{strategy}\"\ninclude = [\"t*\"]\n"
+        "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n[routing]\nstrategy = \"{strategy}\"\ninclude = [\"t*\"]\n{routing}\n"
     );
     let p = Proxy::new(Config::parse(&text, "t").unwrap(), Metrics::new());
     p.cluster.observe_topics(vec![(
@@ -595,5 +600,46 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
     assert_eq!(
         merge_of(Err(UpstreamGone)),
         vec![(0, NETWORK_EXCEPTION, -1), (1, 0, 50)]
+    );
+}
+
+#[test]
+fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
+    let p = proxy_with("strict-cost", "lane_spill_depth = 1");
+    slow_broker(&p, 1);
+    let lanes = fill_every_lane(&p);
+    let owner = p.router.producers.get(5).unwrap();
+    // Every lane's first batch acknowledged: all six lanes take batches, none holds any.
+    for (partition, lane) in lanes {
+        owner
+            .lock()
+            .sequences
+            .resolve(&key(partition, 0), lane, 0, code::NONE);
+    }
+    let send = |partition: i32, base: i32| {
+        let (head, produce, frame) = request(&[("t", partition, numbered_from(base))], -1, None);
+        let s = split(plan(&p, leader(partition), true, &head, &produce, &frame));
+        entries(&s.parts[0].frame)[0].1
+    };
+    // Six batches, none answered: each takes a lane of its own, so the fast brokers' four
+    // lanes fill first and the last two go to the slow broker's idle ones.
+    let mut lanes: Vec<i32> = (0..6).map(|partition| send(partition, 2)).collect();
+    let fast_first: Vec<i32> = lanes.iter().take(4).map(|l| leader(*l)).collect();
+    assert!(
+        fast_first.iter().all(|b| *b != 1),
+        "fast brokers' lanes first: {lanes:?}"
+    );
+    lanes.sort_unstable();
+    assert_eq!(
+        lanes,
+        vec![0, 1, 2, 3, 4, 5],
+        "one unresolved batch per lane"
+    );
+    // No lane is idle now: the next batch queues on a fast broker's lane.
+    let deep = send(0, 4);
+    assert_ne!(
+        leader(deep),
+        1,
+        "queued on the slow broker: partition {deep}"
     );
 }
