@@ -24,4 +24,5 @@ trap cleanup EXIT
 KROUTE_TEST_CLUSTER=$(scripts/cluster.sh bootstrap)
 export KROUTE_TEST_CLUSTER
 tests/java/build.sh >/dev/null
+tests/go/build.sh
 cargo test --all-targets "$@"

@@ -170,6 +170,39 @@ fn librdkafka_idempotent_producer_batches_move_without_errors() {
     kroute.assert_clean_logs(&[]);
 }
 
+/// franz-go produces idempotently by default and keeps its own sequence bookkeeping (it
+/// resets a partition's producer state on sequence errors and logs them): through kroute its
+/// keyless batches move too, with no sequence error and exactly once.
+#[test]
+fn franz_go_default_producer_batches_move_without_sequence_errors() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-franz");
+    create_topic_two_per_broker(&topic);
+
+    let before = produce_bytes(kroute);
+    let run = common::franz::produce(&kroute.bootstrap, &topic, 15_000, 3000, "fg-");
+    run.assert_ok();
+    assert_eq!(run.value("errors").as_deref(), Some("0"));
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share with the franz-go producer: {share:.3}");
+    assert!(
+        share < 0.2,
+        "slow broker 2 got {share:.3} of franz-go's bytes (equal: 0.33)"
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(outcome(kroute, "renumbered") > 0.0);
+    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+    // franz-go logs a sequence error it gets (and what it does about it) at WARN or above.
+    assert_no_sequence_errors(&run, kroute);
+
+    let acked = run.acks();
+    assert_eq!(acked.len(), 15_000);
+    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
+    assert_exactly_once(ids(&acked), &consumed);
+    kroute.assert_clean_logs(&[]);
+}
+
 #[test]
 fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
     let world = slow_world();

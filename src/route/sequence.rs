@@ -16,7 +16,9 @@
 //!   after the hole is still unanswered;
 //! - a lane switches to a client's newer epoch (sequences restart at 0) only when nothing of
 //!   the older epoch is still unanswered or waiting for a retry there, so the broker never sees
-//!   the older epoch after the newer one;
+//!   the older epoch after the newer one; and only when no client partition of its topic still
+//!   has unfinished batches of the older epoch, which must find a lane of that epoch (a client
+//!   moves one partition to a new epoch at a time, when that partition's batches are done);
 //! - a lane numbers a batch only while every unresolved batch there is among the last four it
 //!   numbered: a broker deduplicates a retry only against the last five batches it appended;
 //! - a lane's first batch (per epoch) goes alone until it is acknowledged: a broker with no
@@ -99,6 +101,9 @@ enum State {
     Acked,
     /// Certainly not appended and never to be resent with these numbers.
     Dead,
+    /// Certainly not appended, and the client was told to retry: its retry is numbered afresh
+    /// (in this epoch, so a lane of this epoch must stay available for it).
+    Retry,
 }
 
 #[derive(Debug, Clone)]
@@ -166,7 +171,7 @@ impl Lane {
         let counter = match state {
             State::InFlight => &mut self.in_flight,
             State::Pending => &mut self.pending,
-            State::Acked | State::Dead => return,
+            State::Acked | State::Dead | State::Retry => return,
         };
         *counter = counter.saturating_add_signed(delta);
     }
@@ -177,8 +182,24 @@ impl Lane {
 struct ClientPartition {
     epoch: i16,
     recent: VecDeque<Assignment>,
-    /// The client's sequence right after its last batch kroute numbered in this epoch.
-    next_base: Option<i32>,
+    /// Base sequences of batches of this epoch kroute has seen but not numbered (answered "not
+    /// now", or waiting in kroute): the client sends them again before any later batch. Only
+    /// what kroute saw counts: a client may skip numbers in a new epoch (Java rewrites its
+    /// in-flight batches into it, and some of those then complete under their old numbers),
+    /// so a gap in its numbering is not a batch still to come.
+    unnumbered: Vec<i32>,
+}
+
+impl ClientPartition {
+    /// Notes a batch of this partition that is about to be placed afresh (see `unnumbered`).
+    fn seen_unnumbered(&mut self, key: &BatchKey) {
+        if key.epoch == self.epoch && !self.unnumbered.contains(&key.base) {
+            if self.unnumbered.len() >= REMEMBERED_PER_PARTITION {
+                self.unnumbered.remove(0);
+            }
+            self.unnumbered.push(key.base);
+        }
+    }
 }
 
 /// Adds `n` to a sequence number the way Kafka does: after i32::MAX comes 0.
@@ -214,10 +235,10 @@ impl Producer {
             .or_insert_with(|| ClientPartition {
                 epoch: key.epoch,
                 recent: VecDeque::new(),
-                next_base: None,
+                unnumbered: Vec::new(),
             });
         if key.epoch > client.epoch {
-            client.next_base = None;
+            client.unnumbered.clear();
             // The client moved this partition to a new epoch: it will never retry the older
             // epoch's batches here. (Java rewrites them into the new epoch.)
             client.epoch = key.epoch;
@@ -231,6 +252,9 @@ impl Producer {
                     }
                     a.state = State::Dead;
                 }
+                if a.epoch < key.epoch && a.state == State::Retry {
+                    a.state = State::Dead;
+                }
             }
         }
         let Some(i) = client
@@ -238,6 +262,7 @@ impl Producer {
             .iter()
             .position(|a| a.epoch == key.epoch && a.base == key.base && a.records == key.records)
         else {
+            client.seen_unnumbered(key);
             return Lookup::Fresh;
         };
         let a = &mut client.recent[i];
@@ -245,6 +270,13 @@ impl Producer {
             State::Acked => Lookup::Acknowledged,
             State::Dead => {
                 client.recent.remove(i);
+                client.seen_unnumbered(key);
+                Lookup::Fresh
+            }
+            // Kept until the retry is numbered (`assign` replaces it): until then the client
+            // partition still needs a lane of this epoch.
+            State::Retry => {
+                client.seen_unnumbered(key);
                 Lookup::Fresh
             }
             State::InFlight => Lookup::StillInFlight,
@@ -261,23 +293,51 @@ impl Producer {
     }
 
     /// Whether numbering this fresh batch now keeps the client's order: no earlier batch of its
-    /// partition is still unnumbered (answered "not now" and not retried yet). A client
-    /// retries one partition's batches in their order, waiting for each; had kroute numbered a
-    /// later batch first on the same lane, the earlier one would wait for it forever.
+    /// partition that kroute saw is still unnumbered (answered "not now", waiting, or to be
+    /// renumbered when retried). A client retries one partition's batches in their order,
+    /// waiting for each; had kroute numbered a later batch first on the same lane, the earlier
+    /// one would wait for it forever.
     pub fn in_client_order(&self, key: &BatchKey) -> bool {
-        self.clients
-            .get(&(key.topic.clone(), key.partition))
-            .and_then(|c| c.next_base.filter(|_| c.epoch == key.epoch))
-            .is_none_or(|next| !after(key.base, next))
+        let Some(c) = self.clients.get(&(key.topic.clone(), key.partition)) else {
+            return true;
+        };
+        let before = |base: i32| after(key.base, base);
+        c.epoch != key.epoch
+            || !(c.unnumbered.iter().any(|b| before(*b))
+                || c.recent
+                    .iter()
+                    .any(|a| a.epoch == key.epoch && a.state == State::Retry && before(a.base)))
     }
 
     /// Whether a fresh batch of `epoch` may be numbered on partition `target` of `topic` now.
     pub fn lane_takes(&self, topic: &Bytes, target: i32, epoch: i16) -> bool {
         // A lookup by borrowed key would need the tuple; partitions are few, so build it.
         let tp = (topic.clone(), target);
-        self.lanes
-            .get(&tp)
-            .is_none_or(|lane| lane.takes(epoch) && self.remembered(&tp, lane))
+        self.lanes.get(&tp).is_none_or(|lane| {
+            lane.takes(epoch)
+                && self.remembered(&tp, lane)
+                && (lane.epoch >= epoch || !self.epoch_unfinished(topic, lane.epoch))
+        })
+    }
+
+    /// Whether a client partition of `topic` still in `epoch` has batches of it that are
+    /// unanswered, pending a retry with the same numbers, to be retried and renumbered, or
+    /// seen and not numbered yet.
+    /// Their retries can only go to lanes of `epoch` (a broker refuses an older epoch after a
+    /// newer one), so no lane may leave `epoch` meanwhile: once every lane had, such a batch
+    /// would wait for a lane until the client's delivery timeout. Only asked when a lane would
+    /// switch epochs, which is rare.
+    fn epoch_unfinished(&self, topic: &Bytes, epoch: i16) -> bool {
+        self.clients
+            .iter()
+            .filter(|((t, _), c)| t == topic && c.epoch == epoch)
+            .any(|(_, c)| {
+                !c.unnumbered.is_empty()
+                    || c.recent.iter().any(|a| {
+                        a.epoch == epoch
+                            && matches!(a.state, State::InFlight | State::Pending | State::Retry)
+                    })
+            })
     }
 
     /// Batches sent to partition `target` of `topic` and not resolved yet: those a new batch
@@ -310,6 +370,12 @@ impl Producer {
             return None;
         }
         let client = self.clients.get_mut(&(key.topic.clone(), key.partition))?;
+        client.recent.retain(|a| {
+            !(a.state == State::Retry
+                && a.epoch == key.epoch
+                && a.base == key.base
+                && a.records == key.records)
+        });
         if client.recent.len() >= REMEMBERED_PER_PARTITION {
             let resolved = client
                 .recent
@@ -331,10 +397,7 @@ impl Producer {
         if lane.numbered.len() >= BROKER_REMEMBERS {
             lane.numbered.pop_front();
         }
-        let end = advance(key.base, key.records);
-        if client.next_base.is_none_or(|n| after(end, n)) {
-            client.next_base = Some(end);
-        }
+        client.unnumbered.retain(|b| *b != key.base);
         client.recent.push_back(Assignment {
             epoch: key.epoch,
             base: key.base,
@@ -385,7 +448,7 @@ impl Producer {
             code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
                 if lane.hole_at.is_some_and(|h| after(seq, h)) {
                     // Behind a refused batch: renumbered when the client retries.
-                    (State::Dead, code::REQUEST_TIMED_OUT)
+                    (State::Retry, code::REQUEST_TIMED_OUT)
                 } else if lane.abandoned_at.is_some_and(|h| after(seq, h))
                     || lane.acked_end.unwrap_or(0) == seq
                 {
@@ -420,6 +483,9 @@ impl Producer {
             lane.abandoned_at = Some(earliest(lane.abandoned_at, seq));
             now = State::Dead;
         }
+        if now == State::Retry && a.epoch < client_epoch {
+            now = State::Dead;
+        }
         if was != now {
             lane.count(was, -1);
             lane.count(now, 1);
@@ -443,18 +509,54 @@ impl Producer {
         for (_, client) in lane_clients {
             for a in client.recent.iter_mut() {
                 if a.target == tp.1 && a.epoch == lane.epoch && !after(hole, a.seq) {
-                    if a.state == State::Pending {
-                        lane.count(State::Pending, -1);
-                    }
-                    if a.state != State::Acked {
-                        a.state = State::Dead;
-                    }
+                    a.state = match a.state {
+                        // The client was told to retry it: it comes back, to be renumbered.
+                        State::Pending => {
+                            lane.count(State::Pending, -1);
+                            State::Retry
+                        }
+                        State::Acked => State::Acked,
+                        State::Retry => State::Retry,
+                        State::InFlight | State::Dead => State::Dead,
+                    };
                 }
             }
         }
         lane.next = hole;
         lane.hole_at = None;
         lane.numbered.retain(|s| after(hole, *s));
+    }
+
+    /// The lanes and client partitions of `topic`, for a debug log line (why a batch waits):
+    /// `lane P: epoch E next N in_flight I pending Q hole H abandoned A acked_end K`, then
+    /// `client P: epoch E unnumbered [bases] epoch/base->lane/seq state, ...`.
+    pub fn describe(&self, topic: &Bytes) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for ((_, p), l) in self.lanes.iter().filter(|((t, _), _)| t == topic) {
+            let _ = write!(
+                out,
+                "lane {p}: epoch {} next {} in_flight {} pending {} hole {:?} abandoned {:?} \
+                 acked_end {:?}; ",
+                l.epoch, l.next, l.in_flight, l.pending, l.hole_at, l.abandoned_at, l.acked_end
+            );
+        }
+        for ((_, p), c) in self.clients.iter().filter(|((t, _), _)| t == topic) {
+            let _ = write!(
+                out,
+                "client {p}: epoch {} unnumbered {:?}",
+                c.epoch, c.unnumbered
+            );
+            for a in &c.recent {
+                let _ = write!(
+                    out,
+                    " {}/{}->{}/{} {:?}",
+                    a.epoch, a.base, a.target, a.seq, a.state
+                );
+            }
+            out.push_str("; ");
+        }
+        out
     }
 
     /// Client batches currently unresolved.

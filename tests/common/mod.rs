@@ -1,5 +1,6 @@
 //! Shared harness for the integration tests: kroute as a real process in front of the real
-//! cluster started by `scripts/cluster.sh`, the Java client, librdkafka, raw Kafka requests.
+//! cluster started by `scripts/cluster.sh`, the Java client, librdkafka, franz-go, raw Kafka
+//! requests.
 //!
 //! Every test starts its own kroute on its own ports and uses its own topics, so tests can run
 //! in parallel against one cluster. A kroute that logs an unexpected WARN or ERROR line fails
@@ -7,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod franz;
 pub mod librdkafka;
 pub mod slow;
 
@@ -291,7 +293,7 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 // ---------------------------------------------------------------------------------------------
 // The Java client (tests/java): the real Apache Kafka client.
 
-/// Output of one Java client run.
+/// Output of one Java client run (or of a Go client's, which prints the same lines).
 pub struct JavaRun {
     pub ok: bool,
     pub lines: Vec<String>,

@@ -205,7 +205,11 @@ impl Place<'_, '_> {
                 }
             }
             None => {
-                debug!(?key, "no partition takes the batch now: it waits");
+                debug!(
+                    ?key,
+                    lanes = %self.state.sequences.describe(&key.topic),
+                    "no partition takes the batch now: it waits"
+                );
                 Placement::Wait { movable }
             }
         }
