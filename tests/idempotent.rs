@@ -51,6 +51,26 @@ fn outcome(kroute: &Kroute, outcome: &str) -> f64 {
     )
 }
 
+/// The idempotent producer `client` moved its batches off slow broker 2 through kroute: broker
+/// 2 got under a fifth of the produce bytes since `before`, batches moved and were renumbered,
+/// kroute owned exactly this one producer and passed it no sequence error.
+fn assert_moved_off_broker_2(kroute: &Kroute, before: [f64; 3], client: &str) {
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share with the {client} producer: {share:.3}");
+    assert!(
+        share < 0.2,
+        "slow broker 2 got {share:.3} of the {client} producer's bytes (equal: 0.33)"
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(outcome(kroute, "renumbered") > 0.0);
+    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+    assert_eq!(
+        outcome(kroute, "sequence_error_passed"),
+        0.0,
+        "kroute passed sequence errors to the client"
+    );
+}
+
 fn ids(acked: &[(String, i32)]) -> impl Iterator<Item = &str> {
     acked.iter().map(|a| a.0.as_str())
 }
@@ -108,17 +128,9 @@ fn java_default_producer_batches_move_without_sequence_errors() {
             "ji-",
         ],
     );
-    let share = share_of_broker_2(before, produce_bytes(kroute));
-    eprintln!("broker 2 share with the idempotent Java producer: {share:.3}");
-    assert!(
-        share < 0.2,
-        "slow broker 2 got {share:.3} of the idempotent producer's bytes (equal: 0.33)"
-    );
-    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
-    assert!(outcome(kroute, "renumbered") > 0.0);
+    assert_moved_off_broker_2(kroute, before, "idempotent Java");
     assert_eq!(run.count("errors"), 0);
     assert_no_sequence_errors(&run, kroute);
-    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
 
     let acked = run.acks();
     assert_eq!(acked.len(), 20000);
@@ -149,20 +161,7 @@ fn librdkafka_idempotent_producer_batches_move_without_errors() {
             ..Default::default()
         },
     );
-    let share = share_of_broker_2(before, produce_bytes(kroute));
-    eprintln!("broker 2 share with the idempotent librdkafka producer: {share:.3}");
-    assert!(
-        share < 0.2,
-        "slow broker 2 got {share:.3} of the idempotent producer's bytes (equal: 0.33)"
-    );
-    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
-    assert!(outcome(kroute, "renumbered") > 0.0);
-    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
-    assert_eq!(
-        outcome(kroute, "sequence_error_passed"),
-        0.0,
-        "kroute passed sequence errors to the client"
-    );
+    assert_moved_off_broker_2(kroute, before, "idempotent librdkafka");
 
     let acked: Vec<(String, i32)> = acked.into_iter().map(|a| (a.id, a.partition)).collect();
     let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
@@ -184,15 +183,7 @@ fn franz_go_default_producer_batches_move_without_sequence_errors() {
     let run = common::franz::produce(&kroute.bootstrap, &topic, 15_000, 3000, "fg-");
     run.assert_ok();
     assert_eq!(run.value("errors").as_deref(), Some("0"));
-    let share = share_of_broker_2(before, produce_bytes(kroute));
-    eprintln!("broker 2 share with the franz-go producer: {share:.3}");
-    assert!(
-        share < 0.2,
-        "slow broker 2 got {share:.3} of franz-go's bytes (equal: 0.33)"
-    );
-    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
-    assert!(outcome(kroute, "renumbered") > 0.0);
-    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+    assert_moved_off_broker_2(kroute, before, "franz-go");
     // franz-go logs a sequence error it gets (and what it does about it) at WARN or above.
     assert_no_sequence_errors(&run, kroute);
 
