@@ -171,20 +171,36 @@ fn librdkafka_idempotent_producer_batches_move_without_errors() {
 
 /// franz-go produces idempotently by default and keeps its own sequence bookkeeping (it
 /// resets a partition's producer state on sequence errors and logs them): through kroute its
-/// keyless batches move too, with no sequence error and exactly once.
+/// keyless (snappy-compressed) batches move too, with no sequence error and exactly once.
 #[test]
 fn franz_go_default_producer_batches_move_without_sequence_errors() {
+    default_producer_moves_exactly_once("franz-go", "fg-", common::producers::franz);
+}
+
+/// kafka-python (3.x) is idempotent by default too, with its own implementation of it.
+#[test]
+fn kafka_python_default_producer_batches_move_without_sequence_errors() {
+    default_producer_moves_exactly_once("kafka-python", "kp-", common::producers::kafka_python);
+}
+
+/// A producer of another language with its defaults: 15,000 keyless records at 3000/s with
+/// broker 2 slowed. Its batches move off broker 2, it logs no sequence error (both clients log
+/// the ones they get at WARN or above), every record is acknowledged and read back once.
+fn default_producer_moves_exactly_once(
+    client: &str,
+    prefix: &str,
+    produce: fn(&str, &str, u32, u32, &str) -> JavaRun,
+) {
     let world = slow_world();
     let kroute = &world.kroute;
-    let topic = unique("route-franz");
+    let topic = unique(&format!("route-{prefix}"));
     create_topic_two_per_broker(&topic);
 
     let before = produce_bytes(kroute);
-    let run = common::franz::produce(&kroute.bootstrap, &topic, 15_000, 3000, "fg-");
+    let run = produce(&kroute.bootstrap, &topic, 15_000, 3000, prefix);
     run.assert_ok();
     assert_eq!(run.value("errors").as_deref(), Some("0"));
-    assert_moved_off_broker_2(kroute, before, "franz-go");
-    // franz-go logs a sequence error it gets (and what it does about it) at WARN or above.
+    assert_moved_off_broker_2(kroute, before, client);
     assert_no_sequence_errors(&run, kroute);
 
     let acked = run.acks();

@@ -8,8 +8,8 @@
 
 #![allow(dead_code)]
 
-pub mod franz;
 pub mod librdkafka;
+pub mod producers;
 pub mod slow;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,76 @@
+"""kafka-python as a real, unmodified Kafka client for kroute's tests.
+
+Produces keyless records with kafka-python's defaults (idempotent, acks=all), each value
+starting with a unique id followed by random letters, and prints one line per record:
+
+    ack id=<id> partition=<p> offset=<o>
+    error id=<id> err=<message>
+
+then "done acked=<n> errors=<m>" (the Java test client's format). kafka-python's own warnings
+go to stderr, where a test looks for sequence errors. Exit status 1 if any record failed.
+"""
+
+import argparse
+import logging
+import random
+import string
+import sys
+import threading
+import time
+
+from kafka import KafkaProducer
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--rate", type=int, default=0, help="records/s at most (0: no limit)")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--prefix", default="kp-")
+    args = parser.parse_args()
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+
+    producer = KafkaProducer(
+        bootstrap_servers=args.bootstrap.split(","),
+        delivery_timeout_ms=120_000,
+    )
+    lock = threading.Lock()
+    counts = {"acked": 0, "errors": 0}
+    lines = []
+    letters = random.Random(7)
+
+    def on_ack(record_id, metadata):
+        with lock:
+            counts["acked"] += 1
+            lines.append(f"ack id={record_id} partition={metadata.partition} offset={metadata.offset}")
+
+    def on_error(record_id, err):
+        with lock:
+            counts["errors"] += 1
+            lines.append(f"error id={record_id} err={type(err).__name__}:{err}")
+
+    start = time.monotonic()
+    for i in range(args.count):
+        if args.rate > 0:
+            # Offered load: record i is not handed over before start + i/rate.
+            due = start + i / args.rate
+            now = time.monotonic()
+            if due > now:
+                time.sleep(due - now)
+        record_id = f"{args.prefix}{i}"
+        filler = "".join(letters.choices(string.ascii_lowercase, k=max(0, args.size - len(record_id) - 1)))
+        future = producer.send(args.topic, value=f"{record_id} {filler}".encode())
+        future.add_callback(lambda md, rid=record_id: on_ack(rid, md))
+        future.add_errback(lambda err, rid=record_id: on_error(rid, err))
+    producer.flush()
+    producer.close()
+    with lock:
+        lines.append(f"done acked={counts['acked']} errors={counts['errors']}")
+        print("\n".join(lines))
+    sys.exit(1 if counts["errors"] else 0)
+
+
+if __name__ == "__main__":
+    main()
