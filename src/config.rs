@@ -68,6 +68,10 @@ pub struct RoutingConfig {
     /// turns spilling off.
     #[serde(default = "default_lane_spill_depth")]
     pub lane_spill_depth: u32,
+    /// Largest batch kroute builds by joining an idempotent producer's waiting batches for one
+    /// partition (bytes; 0: never join). Keep it under the topics' `max.message.bytes`.
+    #[serde(default = "default_join_max_bytes")]
+    pub join_max_bytes: u32,
 }
 
 /// The routing strategy.
@@ -107,6 +111,9 @@ fn default_max_producers() -> usize {
 fn default_lane_spill_depth() -> u32 {
     2
 }
+fn default_join_max_bytes() -> u32 {
+    256 * 1024
+}
 
 impl Default for RoutingConfig {
     fn default() -> Self {
@@ -121,6 +128,7 @@ impl Default for RoutingConfig {
             producer_expiry_ms: default_producer_expiry_ms(),
             max_producers: default_max_producers(),
             lane_spill_depth: default_lane_spill_depth(),
+            join_max_bytes: default_join_max_bytes(),
         }
     }
 }

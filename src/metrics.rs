@@ -127,6 +127,8 @@ pub struct SequenceMetrics {
     pub busy: Counter,
     /// Batches that waited in kroute until a partition could number them.
     pub waited: Counter,
+    /// Batches sent joined behind another waiting batch, in one batch for one partition.
+    pub joined: Counter,
     /// OUT_OF_ORDER_SEQUENCE_NUMBER answers caused by kroute's numbering, reported as
     /// REQUEST_TIMED_OUT.
     pub sequence_errors_hidden: Counter,
@@ -147,6 +149,7 @@ impl SequenceMetrics {
             answered_from_memory: outcome("answered_from_memory"),
             busy: outcome("busy"),
             waited: outcome("waited"),
+            joined: outcome("joined"),
             sequence_errors_hidden: outcome("sequence_error_hidden"),
             sequence_errors_passed: outcome("sequence_error_passed"),
         }

@@ -11,6 +11,7 @@
 //! is only the first user of this mechanism.
 
 pub mod batch;
+pub mod join;
 pub mod produce;
 pub mod producers;
 pub mod scores;
@@ -79,6 +80,8 @@ pub struct Router {
     /// Unresolved batches a lane may hold before an idempotent batch spills to another
     /// broker (`routing.lane_spill_depth`).
     pub lane_spill_depth: u32,
+    /// Largest batch built by joining waiting batches (`routing.join_max_bytes`; 0: none).
+    pub join_max_bytes: usize,
 }
 
 impl Router {
@@ -94,6 +97,7 @@ impl Router {
                 config.max_producers,
             ),
             lane_spill_depth: config.lane_spill_depth,
+            join_max_bytes: config.join_max_bytes as usize,
         }
     }
 }

@@ -29,7 +29,7 @@
 //!
 //! Nothing here does I/O or reads a clock: callers pass what happened.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -74,12 +74,25 @@ pub struct BatchKey {
     pub records: i32,
 }
 
+/// A batch kroute joined from several client batches ([`crate::route::join`]), to be resent
+/// whole: the broker deduplicates a batch only by its exact first and last numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    pub target: i32,
+    /// The joined batch, renumbered, as first sent.
+    pub records: Bytes,
+    /// Its client batches that are resent with it (in flight again): key and own number.
+    pub members: Vec<(BatchKey, i32)>,
+}
+
 /// What to do with a client batch before choosing where it goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
     /// A retry of a batch whose earlier attempt failed: send it to `target` with base sequence
     /// `seq` again.
     Resend { target: i32, seq: i32 },
+    /// The same for a batch that went out joined with others: the joined batch is resent.
+    ResendJoined(Joined),
     /// A retry of a batch whose earlier attempt is still on its way: one copy on the wire at a
     /// time (its answer, or its connection's end, always resolves it), so the client retries
     /// again later.
@@ -113,6 +126,14 @@ struct Assignment {
     records: i32,
     target: i32,
     seq: i32,
+    /// The first number of the batch the broker sees: `seq`, unless the batch was joined
+    /// behind another one ([`crate::route::join`]).
+    batch_seq: i32,
+    /// The joined batch this one went out in, while it may have to be resent.
+    joined: Option<Bytes>,
+    /// Resent with a joined batch on another client batch's retry: its own client has not
+    /// heard the outcome yet and will ask again, so it is not forgotten meanwhile.
+    owes_answer: bool,
     state: State,
 }
 
@@ -223,6 +244,8 @@ fn earliest(mark: Option<i32>, seq: i32) -> i32 {
 pub struct Producer {
     lanes: HashMap<TopicPartition, Lane>,
     clients: HashMap<TopicPartition, ClientPartition>,
+    /// Topics where a joined batch was refused: batches are no longer joined there.
+    no_join: HashSet<Bytes>,
 }
 
 impl Producer {
@@ -248,9 +271,10 @@ impl Producer {
                         && lane.epoch == a.epoch
                     {
                         lane.count(State::Pending, -1);
-                        lane.abandoned_at = Some(earliest(lane.abandoned_at, a.seq));
+                        lane.abandoned_at = Some(earliest(lane.abandoned_at, a.batch_seq));
                     }
                     a.state = State::Dead;
+                    a.joined = None;
                 }
                 if a.epoch < key.epoch && a.state == State::Retry {
                     a.state = State::Dead;
@@ -267,7 +291,10 @@ impl Producer {
         };
         let a = &mut client.recent[i];
         match a.state {
-            State::Acked => Lookup::Acknowledged,
+            State::Acked => {
+                a.owes_answer = false;
+                Lookup::Acknowledged
+            }
             State::Dead => {
                 client.recent.remove(i);
                 client.seen_unnumbered(key);
@@ -280,6 +307,16 @@ impl Producer {
                 Lookup::Fresh
             }
             State::InFlight => Lookup::StillInFlight,
+            State::Pending if a.joined.is_some() => {
+                let (target, batch_seq, epoch) = (a.target, a.batch_seq, a.epoch);
+                let records = a.joined.clone().unwrap_or_default();
+                let members = self.resend_joined(key, target, epoch, batch_seq);
+                Lookup::ResendJoined(Joined {
+                    target,
+                    records,
+                    members,
+                })
+            }
             State::Pending => {
                 let (target, seq) = (a.target, a.seq);
                 a.state = State::InFlight;
@@ -359,7 +396,7 @@ impl Producer {
                 .flat_map(|(_, c)| &c.recent)
                 .filter(|a| a.target == tp.1 && a.epoch == lane.epoch)
                 .filter(|a| matches!(a.state, State::InFlight | State::Pending))
-                .all(|a| lane.numbered.contains(&a.seq))
+                .all(|a| lane.numbered.contains(&a.batch_seq))
     }
 
     /// Numbers a fresh batch on `target` (which must take it: see [`Producer::lane_takes`]).
@@ -380,7 +417,7 @@ impl Producer {
             let resolved = client
                 .recent
                 .iter()
-                .position(|a| matches!(a.state, State::Acked | State::Dead))?;
+                .position(|a| matches!(a.state, State::Acked | State::Dead) && !a.owes_answer)?;
             client.recent.remove(resolved);
         }
         let lane = self
@@ -404,9 +441,135 @@ impl Producer {
             records: key.records,
             target,
             seq,
+            batch_seq: seq,
+            joined: None,
+            owes_answer: false,
             state: State::InFlight,
         });
         Some(seq)
+    }
+
+    /// Whether batches of `topic` may be joined (none joined there was refused).
+    pub fn joins(&self, topic: &Bytes) -> bool {
+        !self.no_join.contains(topic)
+    }
+
+    /// Numbers a fresh batch right behind the batch numbered last on `target`, which starts at
+    /// `batch_seq`, so that both go out as one joined batch. None if the lane numbered anything
+    /// else since, the client's order does not allow it, or there is no room to remember it.
+    pub fn join(&mut self, key: &BatchKey, target: i32, batch_seq: i32) -> Option<i32> {
+        let tp = (key.topic.clone(), target);
+        let lane = self.lanes.get(&tp)?;
+        if lane.epoch != key.epoch
+            || lane.numbered.back() != Some(&batch_seq)
+            || !self.joins(&key.topic)
+            || !self.in_client_order(key)
+        {
+            return None;
+        }
+        let seq = lane.next;
+        let client = self.clients.get_mut(&(key.topic.clone(), key.partition))?;
+        if client.epoch != key.epoch {
+            return None;
+        }
+        client.recent.retain(|a| {
+            !(a.state == State::Retry
+                && a.epoch == key.epoch
+                && a.base == key.base
+                && a.records == key.records)
+        });
+        if client.recent.len() >= REMEMBERED_PER_PARTITION {
+            let resolved = client
+                .recent
+                .iter()
+                .position(|a| matches!(a.state, State::Acked | State::Dead) && !a.owes_answer)?;
+            client.recent.remove(resolved);
+        }
+        let lane = self.lanes.get_mut(&tp)?;
+        lane.next = advance(seq, key.records);
+        lane.count(State::InFlight, 1);
+        client.unnumbered.retain(|b| *b != key.base);
+        client.recent.push_back(Assignment {
+            epoch: key.epoch,
+            base: key.base,
+            records: key.records,
+            target,
+            seq,
+            batch_seq,
+            joined: None,
+            owes_answer: false,
+            state: State::InFlight,
+        });
+        Some(seq)
+    }
+
+    /// Remembers the joined batch starting at `batch_seq` on `target`, for resends.
+    pub fn set_joined(
+        &mut self,
+        topic: &Bytes,
+        target: i32,
+        epoch: i16,
+        batch_seq: i32,
+        batch: &Bytes,
+    ) {
+        for a in self.members_mut(topic, target, epoch, batch_seq) {
+            a.joined = Some(batch.clone());
+        }
+    }
+
+    /// The client batches that went out in the batch starting at `batch_seq` on `target`.
+    fn members_mut<'a>(
+        &'a mut self,
+        topic: &'a Bytes,
+        target: i32,
+        epoch: i16,
+        batch_seq: i32,
+    ) -> impl Iterator<Item = &'a mut Assignment> + 'a {
+        self.clients
+            .iter_mut()
+            .filter(move |((t, _), _)| t == topic)
+            .flat_map(|(_, c)| c.recent.iter_mut())
+            .filter(move |a| a.target == target && a.epoch == epoch && a.batch_seq == batch_seq)
+    }
+
+    /// Puts the pending members of a joined batch back in flight for its resend; returns them.
+    fn resend_joined(
+        &mut self,
+        asking: &BatchKey,
+        target: i32,
+        epoch: i16,
+        batch_seq: i32,
+    ) -> Vec<(BatchKey, i32)> {
+        let topic = &asking.topic;
+        let mut members = Vec::new();
+        let mut moved = 0;
+        for ((t, partition), c) in self.clients.iter_mut().filter(|((t, _), _)| t == topic) {
+            for a in c.recent.iter_mut() {
+                if a.target == target
+                    && a.epoch == epoch
+                    && a.batch_seq == batch_seq
+                    && a.state == State::Pending
+                {
+                    a.state = State::InFlight;
+                    a.owes_answer = !(*partition == asking.partition && a.base == asking.base);
+                    moved += 1;
+                    let key = BatchKey {
+                        topic: t.clone(),
+                        partition: *partition,
+                        epoch,
+                        base: a.base,
+                        records: a.records,
+                    };
+                    members.push((key, a.seq));
+                }
+            }
+        }
+        if let Some(lane) = self.lanes.get_mut(&(topic.clone(), target)) {
+            lane.count(State::Pending, -moved);
+            lane.count(State::InFlight, moved);
+        }
+        members.sort_by_key(|m| m.1);
+        members
     }
 
     /// Records the broker's answer (`error`, or NETWORK_EXCEPTION when none came) for the
@@ -438,6 +601,9 @@ impl Producer {
             return error;
         };
         let was = a.state;
+        // The broker judged the batch it saw: for a joined one, the one that starts there.
+        let first = a.batch_seq;
+        let joined = a.joined.is_some() || first != seq;
         let (mut now, reported) = match error {
             code::NONE | code::DUPLICATE_SEQUENCE_NUMBER => {
                 let end = advance(seq, a.records);
@@ -446,11 +612,11 @@ impl Producer {
             }
             _ if was == State::Acked => (State::Acked, code::NONE),
             code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
-                if lane.hole_at.is_some_and(|h| after(seq, h)) {
+                if lane.hole_at.is_some_and(|h| after(first, h)) {
                     // Behind a refused batch: renumbered when the client retries.
                     (State::Retry, code::REQUEST_TIMED_OUT)
-                } else if lane.abandoned_at.is_some_and(|h| after(seq, h))
-                    || lane.acked_end.unwrap_or(0) == seq
+                } else if lane.abandoned_at.is_some_and(|h| after(first, h))
+                    || lane.acked_end.unwrap_or(0) == first
                 {
                     // Everything before it is appended (or unknowable): the broker's view
                     // differs from kroute's, and the client must reset, as it would directly.
@@ -471,8 +637,15 @@ impl Producer {
             | code::INVALID_REQUIRED_ACKS
             | code::INVALID_PRODUCER_EPOCH => {
                 // Refused before appending: a hole in the lane.
-                lane.hole_at = Some(earliest(lane.hole_at, seq));
-                (State::Dead, error)
+                lane.hole_at = Some(earliest(lane.hole_at, first));
+                if joined {
+                    // Perhaps for another batch's records, or for the joined size: each goes
+                    // alone when retried, to get its own verdict.
+                    self.no_join.insert(key.topic.clone());
+                    (State::Retry, code::REQUEST_TIMED_OUT)
+                } else {
+                    (State::Dead, error)
+                }
             }
             // Anything else may or may not have been appended: resend the same numbers.
             _ => (State::Pending, error),
@@ -480,7 +653,7 @@ impl Producer {
         if now == State::Pending && a.epoch < client_epoch {
             // The client moved this partition to a newer epoch meanwhile: it will not retry
             // the batch, abandoned as in `lookup`.
-            lane.abandoned_at = Some(earliest(lane.abandoned_at, seq));
+            lane.abandoned_at = Some(earliest(lane.abandoned_at, first));
             now = State::Dead;
         }
         if now == State::Retry && a.epoch < client_epoch {
@@ -490,6 +663,9 @@ impl Producer {
             lane.count(was, -1);
             lane.count(now, 1);
             a.state = now;
+        }
+        if now != State::Pending {
+            a.joined = None;
         }
         if lane.in_flight == 0
             && let Some(hole) = lane.hole_at

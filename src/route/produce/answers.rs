@@ -80,6 +80,9 @@ pub fn record(
         }
         return Err(UpstreamGone);
     };
+    // What the broker said per partition, before it is rewritten for the client: the batches
+    // of a joined batch share one partition answer.
+    let mut said_for: Vec<(&TopicName, i32, i16)> = Vec::new();
     for b in batches {
         let found = response
             .responses
@@ -91,7 +94,13 @@ pub fn record(
             sequences.resolve(&b.key, b.target, b.seq, code::NETWORK_EXCEPTION);
             continue;
         };
-        let said = p.error_code;
+        let said = match said_for.iter().find(|s| *s.0 == b.topic && s.1 == b.target) {
+            Some(s) => s.2,
+            None => {
+                said_for.push((&b.topic, b.target, p.error_code));
+                p.error_code
+            }
+        };
         let reported = sequences.resolve(&b.key, b.target, b.seq, said);
         if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
             if reported == said {
@@ -237,6 +246,35 @@ mod tests {
                 seq: b.seq
             }
         );
+    }
+
+    #[test]
+    fn every_batch_of_a_joined_batch_is_judged_by_what_the_broker_said() {
+        let metrics = Metrics::new().sequencing;
+        let mut p = Producer::default();
+        let first = numbered(&mut p, &key(0, 0), 0);
+        let ok = answer_for_tests(VERSION, &topic(), &[(0, 0)]);
+        assert!(record(&mut p, &metrics, VERSION, &[first], ok).is_ok());
+        let head = numbered(&mut p, &key(0, 2), 0);
+        let other = key(1, 0);
+        assert_eq!(p.lookup(&other), Lookup::Fresh);
+        let seq = p.join(&other, 0, head.seq).expect("joined");
+        p.set_joined(&other.topic, 0, 0, head.seq, &Bytes::from_static(b"joined"));
+        let joiner = Numbered {
+            topic: topic(),
+            key: other.clone(),
+            target: 0,
+            seq,
+        };
+        // One partition answer for both; the first batch's rewrite must not decide the
+        // second's outcome.
+        let refused = answer_for_tests(VERSION, &topic(), &[(0, code::MESSAGE_TOO_LARGE)]);
+        let passed = record(&mut p, &metrics, VERSION, &[head.clone(), joiner], refused);
+        assert_eq!(errors(&passed), vec![(0, code::REQUEST_TIMED_OUT)]);
+        // Both are to be retried alone, renumbered.
+        assert_eq!(p.lookup(&head.key), Lookup::Fresh);
+        assert_eq!(p.lookup(&other), Lookup::Fresh);
+        assert!(!p.joins(&other.topic));
     }
 
     #[test]

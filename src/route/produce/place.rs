@@ -17,6 +17,7 @@ use super::PARTITION_CURSOR;
 use crate::cluster::TopicLayout;
 use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber};
+use crate::route::join;
 use crate::route::producers::ProducerState;
 use crate::route::sequence::{BatchKey, Lookup, Producer, code};
 
@@ -30,6 +31,14 @@ pub(super) enum Placement {
         target: i32,
         seq: i32,
         key: BatchKey,
+        records: Bytes,
+    },
+    /// A joined batch resent whole ([`crate::route::join`]): `records` on partition `target`
+    /// of `node`, answering for all its `members` (client batch and its own number).
+    Joined {
+        node: i32,
+        target: i32,
+        members: Vec<(BatchKey, i32)>,
         records: Bytes,
     },
     /// Answered by kroute with this error code, not sent.
@@ -135,6 +144,36 @@ impl Place<'_, '_> {
                     )),
                 }
             }
+            Lookup::ResendJoined(joined) => {
+                self.used.insert(joined.target);
+                match self.node_of(key.partition, joined.target) {
+                    Some(node) => {
+                        counters.resent.increment(1);
+                        Placement::Joined {
+                            node,
+                            target: joined.target,
+                            members: joined.members,
+                            records: joined.records,
+                        }
+                    }
+                    None => {
+                        let sequences = &mut self.state.sequences;
+                        let mut reported = code::NETWORK_EXCEPTION;
+                        for (member, seq) in &joined.members {
+                            let r = sequences.resolve(
+                                member,
+                                joined.target,
+                                *seq,
+                                code::NETWORK_EXCEPTION,
+                            );
+                            if *member == key {
+                                reported = r;
+                            }
+                        }
+                        Placement::Local(reported)
+                    }
+                }
+            }
             Lookup::Fresh => {
                 let movable = movable.unwrap_or_else(|| self.movable(records, budget));
                 self.fresh(key, records, choice, movable, earlier_waits)
@@ -179,11 +218,21 @@ impl Place<'_, '_> {
             counters.busy.increment(1);
             return Placement::Local(code::REQUEST_TIMED_OUT);
         }
+        // A batch that can be joined with others waits rather than queue deep behind a busy
+        // partition: when an answer frees one, the waiting batches go out joined, in one round
+        // trip ([`crate::route::join`]).
+        let joinable = movable
+            && self.proxy.router.join_max_bytes > 0
+            && self.state.sequences.joins(&key.topic)
+            && join::joinable(records);
         let moved = movable
-            .then(|| self.choose(&key, records.len(), choice))
+            .then(|| self.choose(&key, records.len(), choice, !joinable))
             .flatten();
         // Not movable, or no broker of the topic takes it: its own partition, if it can.
         let target = moved.or_else(|| {
+            if joinable {
+                return None;
+            }
             let stays = self
                 .state
                 .sequences
@@ -237,8 +286,9 @@ impl Place<'_, '_> {
     /// First pass: only lanes with fewer than `routing.lane_spill_depth` unresolved batches
     /// count. A lane moves one batch per broker round trip (docs/idempotent-routing.md), so a
     /// batch queued deep behind a fast broker's few partitions waits longer than one sent at
-    /// once to an idle partition of a slower broker. Only when no broker has such a lane are
-    /// lanes filled up to the broker's deduplication window, in strategy order again.
+    /// once to an idle partition of a slower broker. Only when no broker has such a lane, and
+    /// only if `deep` (the batch cannot wait to be joined with others), are lanes filled up to
+    /// the broker's deduplication window, in strategy order again.
     ///
     /// (A rule that let a batch wait for a fast broker's lane rather than join one more than
     /// twice as slow was tried and dropped: at max load, brokers' costs grow with their
@@ -250,6 +300,7 @@ impl Place<'_, '_> {
         key: &BatchKey,
         bytes: usize,
         choice: &mut TopicChoice,
+        deep: bool,
     ) -> Option<(i32, i32)> {
         let layout = self.layout?;
         let router = &self.proxy.router;
@@ -266,7 +317,7 @@ impl Place<'_, '_> {
                     );
                     match picked {
                         Some(b) => *choice.broker.insert(b),
-                        None if !choice.deep => {
+                        None if deep && !choice.deep => {
                             choice.deep = true;
                             choice.exhausted.clear();
                             continue;

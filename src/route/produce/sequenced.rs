@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use super::answers::{Numbered, recorder};
 use super::merge::{ProduceMerge, Route};
 use super::place::{Place, Placement, TopicChoice};
-use super::waiting::{Shape, WAIT_AT_MOST, Waiter, release_at};
+use super::waiting::{JoinedWaiter, Shape, WAIT_AT_MOST, Waiter, answer_joined, release_at};
 use super::{add_entry, encode_part};
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
@@ -178,12 +178,32 @@ pub(super) fn plan(
                     Placement::Untouched
                 }
             };
+            // A joined batch's offsets are the first member's: reported unknown for each.
+            let mut joined = false;
             let (node, partition, records, numbered) = match placement {
                 Placement::Local(error) => {
                     topic_routes.push(Route::Local { error });
                     continue;
                 }
-                Placement::Untouched => (home, entry.index, entry.records.clone(), None),
+                Placement::Untouched => (home, entry.index, entry.records.clone(), Vec::new()),
+                Placement::Joined {
+                    node,
+                    target,
+                    members,
+                    records,
+                } => {
+                    joined = true;
+                    let numbered = members
+                        .into_iter()
+                        .map(|(key, seq)| Numbered {
+                            topic: name.clone(),
+                            key,
+                            target,
+                            seq,
+                        })
+                        .collect();
+                    (node, target, Some(records), numbered)
+                }
                 Placement::Numbered {
                     node,
                     target,
@@ -198,7 +218,7 @@ pub(super) fn plan(
                         target,
                         seq,
                     };
-                    (node, target, Some(records), Some(numbered))
+                    (node, target, Some(records), vec![numbered])
                 }
                 // Handled above.
                 Placement::Wait { .. } => continue,
@@ -206,14 +226,14 @@ pub(super) fn plan(
             let link = LinkKey::new(node, partition);
             let part = destination_without(&mut destinations, link, name, partition);
             add_entry(&mut destinations[part].1, name, partition, records);
-            if let Some(n) = numbered {
+            if !numbered.is_empty() {
                 numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
-                numbered_in[part].push(n);
+                numbered_in[part].extend(numbered);
             }
             topic_routes.push(Route::Part {
                 part,
                 partition,
-                moved: partition != entry.index,
+                moved: joined || partition != entry.index,
             });
         }
         routes.push(topic_routes);
@@ -241,7 +261,7 @@ pub(super) fn plan(
             link,
             topic_data,
             numbered,
-            reply,
+            AnswerTo::Part(reply),
             &mut unsent,
         );
         parts.push(Part {
@@ -270,7 +290,7 @@ pub(super) fn plan(
 }
 
 /// Counts a batch sent with kroute's numbers (and its move, if it moved).
-fn count_numbered(
+pub(super) fn count_numbered(
     proxy: &Proxy,
     topic: &str,
     home: i32,
@@ -286,8 +306,16 @@ fn count_numbered(
     }
 }
 
+/// Where the answer to a request of the producer goes.
+pub(super) enum AnswerTo {
+    /// To the part of one client request.
+    Part(oneshot::Sender<Reply>),
+    /// To the waiting batches that went out joined in it, each answered for itself.
+    Joined(Vec<JoinedWaiter>),
+}
+
 /// Queues one request of the producer on its connection `link`: `topic_data` in a request
-/// shaped like the client's, answered to `reply`, recording the outcome of its `numbered`
+/// shaped like the client's, answered to `to`, recording the outcome of its `numbered`
 /// batches on the way. Returns the frame. A request that cannot be queued (full or closed
 /// connection, unknown broker) goes to `unsent`: dropped once the producer's lock is released,
 /// it records "no answer came" and its part fails retriably.
@@ -300,7 +328,7 @@ pub(super) fn queue(
     link: LinkKey,
     topic_data: Vec<TopicProduceData>,
     numbered: Vec<Numbered>,
-    reply: oneshot::Sender<Reply>,
+    to: AnswerTo,
     unsent: &mut Vec<PendingReply>,
 ) -> Bytes {
     let body = ProduceRequest::default()
@@ -308,6 +336,11 @@ pub(super) fn queue(
         .with_timeout_ms(shape.timeout_ms)
         .with_topic_data(topic_data);
     let frame = encode_part(&shape.header, &body, shape.version).unwrap_or_default();
+    let (reply, joined) = match to {
+        AnswerTo::Part(reply) => (reply, None),
+        // Each waiter is answered by the hook; nobody reads this reply.
+        AnswerTo::Joined(waiters) => (oneshot::channel().0, Some(waiters)),
+    };
     let mut pending = PendingReply::new(
         ApiKey::Produce as i16,
         shape.version,
@@ -315,7 +348,15 @@ pub(super) fn queue(
         reply,
     );
     if !numbered.is_empty() {
-        let hook = recorder(proxy.clone(), owner.clone(), shape.version, numbered);
+        let mut hook = recorder(proxy.clone(), owner.clone(), shape.version, numbered);
+        if let Some(waiters) = joined {
+            let version = shape.version;
+            hook = Box::new(move |answer| {
+                let answer = hook(answer);
+                answer_joined(&answer, version, waiters);
+                answer
+            });
+        }
         pending = pending.with_hook(hook);
     }
     match proxy
@@ -359,17 +400,45 @@ pub(super) fn queue_waited(
         target,
         records.len(),
     );
-    let mut topic_data = Vec::with_capacity(1);
-    add_entry(&mut topic_data, &topic, target, Some(records));
     let numbered = vec![Numbered {
-        topic,
+        topic: topic.clone(),
         key,
         target,
         seq,
     }];
+    let to = AnswerTo::Part(reply);
+    queue_batch(
+        proxy,
+        owner,
+        state,
+        shape,
+        (node, target),
+        (topic, records),
+        numbered,
+        to,
+        unsent,
+    );
+}
+
+/// Queues one batch alone in a request: `records` of `topic` for partition `target` of broker
+/// `node`, recording the outcome for the client batches `numbered` it carries.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn queue_batch(
+    proxy: &Arc<Proxy>,
+    owner: &Arc<OwnedProducer>,
+    state: &mut ProducerState,
+    shape: &Shape,
+    (node, target): (i32, i32),
+    (topic, records): (TopicName, Bytes),
+    numbered: Vec<Numbered>,
+    to: AnswerTo,
+    unsent: &mut Vec<PendingReply>,
+) {
+    let mut topic_data = Vec::with_capacity(1);
+    add_entry(&mut topic_data, &topic, target, Some(records));
     let link = LinkKey::new(node, target);
     queue(
-        proxy, owner, state, shape, link, topic_data, numbered, reply, unsent,
+        proxy, owner, state, shape, link, topic_data, numbered, to, unsent,
     );
 }
 

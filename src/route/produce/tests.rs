@@ -7,7 +7,7 @@ use kafka_protocol::messages::{
     ProduceRequest, ProduceResponse, RequestHeader, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::Compression;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use bytes::BufMut;
 use kafka_protocol::messages::ApiKey;
@@ -605,7 +605,8 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
 
 #[test]
 fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
-    let p = proxy_with("strict-cost", "lane_spill_depth = 1");
+    // (With joining off: a batch that cannot be joined queues deep, see the end.)
+    let p = proxy_with("strict-cost", "lane_spill_depth = 1\njoin_max_bytes = 0");
     slow_broker(&p, 1);
     let lanes = fill_every_lane(&p);
     let owner = p.router.producers.get(5).unwrap();
@@ -641,5 +642,62 @@ fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
         leader(deep),
         1,
         "queued on the slow broker: partition {deep}"
+    );
+}
+
+#[tokio::test]
+async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
+    let p = proxy("strict-cost");
+    let lanes = fill_every_lane(&p);
+    let owner = p.router.producers.get(5).unwrap();
+    // Every lane carries its first batch: these three wait (two of client partition 0).
+    let mut waiting = Vec::new();
+    for (partition, base) in [(0, 2), (1, 2), (0, 4)] {
+        let (head, produce, frame) = request(&[("t", partition, numbered_from(base))], -1, None);
+        let mut s = split(plan(&p, leader(partition), true, &head, &produce, &frame));
+        assert!(s.parts[0].frame.is_empty(), "{partition}/{base} waits");
+        let answer = s.parts[0].sent.take().unwrap();
+        waiting.push((s.merge.unwrap(), answer));
+    }
+    let (_, freed) = lanes[3];
+    let mut unsent = Vec::new();
+    {
+        let mut state = owner.lock();
+        state.sequences.resolve(&key(3, 0), freed, 0, code::NONE);
+        super::waiting::release(&p, &owner, &mut state, Instant::now(), &mut unsent);
+        // All three went out on the freed lane, as one batch.
+        for (partition, base) in [(0, 2), (1, 2), (0, 4)] {
+            assert_eq!(
+                state.sequences.lookup(&key(partition, base)),
+                Lookup::StillInFlight
+            );
+        }
+        assert!(state.waiting.is_empty());
+    }
+    drop(unsent);
+    // (No broker here: the joined request is answered "none came", to each batch's request.)
+    for ((merge, answer), partition) in waiting.into_iter().zip([0, 1, 0]) {
+        let merged = merge.merge(vec![answer.await.unwrap()]);
+        assert_eq!(merged_errors(&merged), vec![(partition, NETWORK_EXCEPTION)]);
+    }
+    // A retry of any of them resends the joined batch whole, with the same numbers.
+    let Lookup::ResendJoined(joined) = owner.lock().sequences.lookup(&key(1, 2)) else {
+        panic!("the joined batch is resent");
+    };
+    assert_eq!(joined.target, freed);
+    let members: Vec<(i32, i32, i32)> = joined
+        .members
+        .iter()
+        .map(|(k, seq)| (k.partition, k.base, *seq))
+        .collect();
+    assert_eq!(members, vec![(0, 2, 2), (1, 2, 4), (0, 4, 6)]);
+    let batches = RecordBatchDecoder::decode_all(&mut joined.records.clone()).unwrap();
+    assert_eq!(batches.len(), 1);
+    let sequences: Vec<i32> = batches[0].records.iter().map(|r| r.sequence).collect();
+    assert_eq!(sequences, vec![2, 3, 4, 5, 6, 7]);
+    // The others are in flight again with it.
+    assert_eq!(
+        owner.lock().sequences.lookup(&key(0, 4)),
+        Lookup::StillInFlight
     );
 }

@@ -19,19 +19,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::TopicProduceResponse;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
-use kafka_protocol::protocol::Encodable;
+use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::sync::oneshot;
 
+use super::answers::Numbered;
 use super::merge::no_answer;
 use super::place::{Place, Placement, TopicChoice};
-use super::sequenced::queue_waited;
+use super::sequenced::{AnswerTo, count_numbered, queue_batch, queue_waited};
+use crate::protocol::header::split_response;
 use crate::proxy::Proxy;
 use crate::route::batch::InspectBudget;
+use crate::route::join;
 use crate::route::producers::{OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
-use crate::upstream::{PendingReply, Reply};
+use crate::upstream::{PendingReply, Reply, UpstreamGone};
 
 /// How long a batch waits for a partition to take it before kroute answers REQUEST_TIMED_OUT.
 /// Lanes free up within one answer of a broker; a wait this long means every lane is stuck
@@ -98,9 +101,10 @@ fn same_partition(a: &BatchKey, b: &BatchKey) -> bool {
 }
 
 /// Places every waiting batch that can be placed now, answers those past their deadline (or
-/// whose place is decided otherwise), and keeps the rest waiting. Requests that could not be
-/// queued go to `unsent`, to be dropped once the producer's lock is released (dropping one
-/// records its outcome under that lock).
+/// whose place is decided otherwise), and keeps the rest waiting. A batch placed here takes
+/// the later waiting batches that can go with it into one joined batch
+/// ([`crate::route::join`]). Requests that could not be queued go to `unsent`, to be dropped
+/// once the producer's lock is released (dropping one records its outcome under that lock).
 pub fn release(
     proxy: &Arc<Proxy>,
     owner: &Arc<OwnedProducer>,
@@ -112,9 +116,13 @@ pub fn release(
         return;
     }
     let counters = &proxy.metrics.sequencing;
-    let queue = std::mem::take(&mut state.waiting.queue);
+    let mut queue: Vec<Option<Waiter>> = std::mem::take(&mut state.waiting.queue)
+        .into_iter()
+        .map(Some)
+        .collect();
     let mut keep: VecDeque<Waiter> = VecDeque::with_capacity(queue.len());
-    for w in queue {
+    for i in 0..queue.len() {
+        let Some(w) = queue[i].take() else { continue };
         if w.reply.is_closed() {
             // The client connection is gone: nobody waits for this batch, and it has no
             // number yet. The client sends it again on its new connection.
@@ -150,6 +158,36 @@ pub fn release(
             Placement::Local(error) => answer(w, error),
             // Only adopted producers' batches pass untouched, and those never wait.
             Placement::Untouched => answer(w, code::REQUEST_TIMED_OUT),
+            Placement::Joined {
+                node,
+                target,
+                members,
+                records,
+            } => {
+                let numbered = members
+                    .into_iter()
+                    .map(|(key, seq)| Numbered {
+                        topic: w.topic.clone(),
+                        key,
+                        target,
+                        seq,
+                    })
+                    .collect();
+                let batch = (w.topic.clone(), records);
+                let shape = w.shape.clone();
+                let to = AnswerTo::Joined(vec![w.into_joined()]);
+                queue_batch(
+                    proxy,
+                    owner,
+                    state,
+                    &shape,
+                    (node, target),
+                    batch,
+                    numbered,
+                    to,
+                    unsent,
+                );
+            }
             Placement::Numbered {
                 node,
                 target,
@@ -157,28 +195,209 @@ pub fn release(
                 key,
                 records,
             } => {
-                let Waiter {
-                    topic,
-                    shape,
-                    reply,
-                    home,
-                    ..
-                } = w;
-                queue_waited(
-                    proxy,
-                    owner,
-                    state,
-                    &shape,
-                    (home, node, target, key, seq),
-                    (topic, records),
-                    reply,
-                    unsent,
-                );
+                let joiners = if w.movable {
+                    take_joiners(proxy, state, &mut queue[i + 1..], &w, target, seq, &records)
+                } else {
+                    Vec::new()
+                };
+                if joiners.is_empty() {
+                    let Waiter {
+                        topic,
+                        shape,
+                        reply,
+                        home,
+                        ..
+                    } = w;
+                    queue_waited(
+                        proxy,
+                        owner,
+                        state,
+                        &shape,
+                        (home, node, target, key, seq),
+                        (topic, records),
+                        reply,
+                        unsent,
+                    );
+                } else {
+                    let head = (w, key, seq, records);
+                    send_joined(proxy, owner, state, (node, target), head, joiners, unsent);
+                }
             }
         }
     }
     // (Nothing was added meanwhile: the caller holds the producer's lock.)
     state.waiting.queue = keep;
+}
+
+/// Takes from `later` (the waiting batches after `head`, in arrival order) those that can go
+/// out joined behind `head`, numbered on `target` right after it (which starts at `seq`):
+/// movable, uncompressed, of the same topic and epoch, in their client partition's order, up
+/// to `routing.join_max_bytes` in all. Returns them with their numbers.
+fn take_joiners(
+    proxy: &Proxy,
+    state: &mut ProducerState,
+    later: &mut [Option<Waiter>],
+    head: &Waiter,
+    target: i32,
+    seq: i32,
+    records: &Bytes,
+) -> Vec<(Waiter, i32)> {
+    let limit = proxy.router.join_max_bytes;
+    let sequences = &mut state.sequences;
+    if limit == 0 || !sequences.joins(&head.key.topic) || !join::joinable(records) {
+        return Vec::new();
+    }
+    let mut size = records.len();
+    let mut joiners = Vec::new();
+    for slot in later.iter_mut() {
+        let Some(c) = slot else { continue };
+        let fits = c.movable
+            && !c.reply.is_closed()
+            && c.topic == head.topic
+            && c.key.epoch == head.key.epoch
+            && size + c.records.len() <= limit
+            // Every record readable, timestamps within reach of the head's.
+            && join::join(&[records, &c.records], seq).is_some();
+        if !fits {
+            continue;
+        }
+        let batch_seq = seq;
+        let Some(own) = sequences.join(&c.key, target, batch_seq) else {
+            continue;
+        };
+        size += c.records.len();
+        if let Some(c) = slot.take() {
+            joiners.push((c, own));
+        }
+    }
+    joiners
+}
+
+/// Sends `head` and its `joiners` as one joined batch on partition `target` of `node`.
+fn send_joined(
+    proxy: &Arc<Proxy>,
+    owner: &Arc<OwnedProducer>,
+    state: &mut ProducerState,
+    (node, target): (i32, i32),
+    (head, key, seq, records): (Waiter, BatchKey, i32, Bytes),
+    joiners: Vec<(Waiter, i32)>,
+    unsent: &mut Vec<PendingReply>,
+) {
+    let counters = &proxy.metrics.sequencing;
+    let mut parts: Vec<&Bytes> = Vec::with_capacity(joiners.len() + 1);
+    parts.push(&records);
+    parts.extend(joiners.iter().map(|(j, _)| &j.records));
+    let joined = join::join(&parts, seq);
+    let topic = head.topic.clone();
+    let shape = head.shape.clone();
+    let mut numbered = vec![Numbered {
+        topic: topic.clone(),
+        key,
+        target,
+        seq,
+    }];
+    let mut sizes = vec![(head.home, records.len())];
+    for (j, own) in &joiners {
+        numbered.push(Numbered {
+            topic: topic.clone(),
+            key: j.key.clone(),
+            target,
+            seq: *own,
+        });
+        sizes.push((j.home, j.records.len()));
+    }
+    let (epoch, topic_key) = (head.key.epoch, head.key.topic.clone());
+    let waiters: Vec<JoinedWaiter> = std::iter::once(head)
+        .chain(joiners.into_iter().map(|(j, _)| j))
+        .map(Waiter::into_joined)
+        .collect();
+    let sequences = &mut state.sequences;
+    let Some(joined) = joined else {
+        // Cannot happen for batches checked one by one against the head; if it did, nothing
+        // was sent: a refusal of a joined batch leaves each to be retried alone.
+        sequences.set_joined(&topic_key, target, epoch, seq, &Bytes::new());
+        for n in &numbered {
+            sequences.resolve(&n.key, target, n.seq, code::INVALID_RECORD);
+        }
+        for w in waiters {
+            let _ = w.reply.send(Ok(local_answer(
+                &w.shape,
+                &w.topic,
+                w.partition,
+                code::REQUEST_TIMED_OUT,
+            )));
+        }
+        return;
+    };
+    sequences.set_joined(&topic_key, target, epoch, seq, &joined);
+    counters.joined.increment(numbered.len() as u64 - 1);
+    for (n, (home, size)) in numbered.iter().zip(sizes) {
+        count_numbered(proxy, topic.as_str(), home, node, &n.key, target, size);
+    }
+    let to = AnswerTo::Joined(waiters);
+    queue_batch(
+        proxy,
+        owner,
+        state,
+        &shape,
+        (node, target),
+        (topic, joined),
+        numbered,
+        to,
+        unsent,
+    );
+}
+
+/// A waiting batch that went out in a joined batch: what its answer needs.
+pub struct JoinedWaiter {
+    shape: Shape,
+    topic: TopicName,
+    /// The client's partition.
+    partition: i32,
+    reply: oneshot::Sender<Reply>,
+}
+
+impl Waiter {
+    fn into_joined(self) -> JoinedWaiter {
+        JoinedWaiter {
+            shape: self.shape,
+            topic: self.topic,
+            partition: self.key.partition,
+            reply: self.reply,
+        }
+    }
+}
+
+/// Answers each batch of a joined batch from the broker's answer to it (`version`), as its own
+/// request expects: the joined batch's result, with offsets unknown (they are the first
+/// batch's), or no answer if none came.
+pub fn answer_joined(answer: &Reply, version: i16, waiters: Vec<JoinedWaiter>) {
+    let header_version = ApiKey::Produce.response_header_version(version);
+    let result = answer.as_ref().ok().and_then(|payload| {
+        let (_, mut body) = split_response(payload, header_version).ok()?;
+        let response = ProduceResponse::decode(&mut body, version).ok()?;
+        let p = response
+            .responses
+            .into_iter()
+            .next()?
+            .partition_responses
+            .into_iter()
+            .next()?;
+        Some(p)
+    });
+    for w in waiters {
+        let reply = match &result {
+            Some(p) => {
+                let mut mine = no_answer(p.error_code);
+                mine.index = p.index;
+                mine.error_message = p.error_message.clone();
+                mine.log_append_time_ms = p.log_append_time_ms;
+                Ok(partition_answer(&w.shape, &w.topic, mine))
+            }
+            None => Err(UpstreamGone),
+        };
+        let _ = w.reply.send(reply);
+    }
 }
 
 /// Runs [`release`] at `deadline`, so a batch nothing else releases is answered in time.
@@ -206,9 +425,14 @@ fn answer(w: Waiter, error: i16) {
 
 /// A Produce response (with its header) naming one partition, answered with `error`.
 pub fn local_answer(shape: &Shape, topic: &TopicName, partition: i32, error: i16) -> Bytes {
-    let header_version = ApiKey::Produce.response_header_version(shape.version);
     let mut p = no_answer(error);
     p.index = partition;
+    partition_answer(shape, topic, p)
+}
+
+/// A Produce response (with its header) for a request shaped `shape`, naming one partition.
+fn partition_answer(shape: &Shape, topic: &TopicName, p: PartitionProduceResponse) -> Bytes {
+    let header_version = ApiKey::Produce.response_header_version(shape.version);
     let response = ProduceResponse::default().with_responses(vec![
         TopicProduceResponse::default()
             .with_name(topic.clone())

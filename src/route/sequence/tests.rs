@@ -790,6 +790,12 @@ mod model {
             too_large: bool,
             pick: usize,
         },
+        /// The client produces new batches on several partitions that kroute holds back and
+        /// then sends joined, as far as its numbering lets it (the first one leads).
+        SendJoined {
+            batches: Vec<(usize, i32, bool)>,
+            pick: usize,
+        },
         /// The client retries one of the batches waiting for a retry.
         Retry { which: usize, pick: usize },
         /// The broker of one lane handles a queued request: `skip` 0 is the oldest.
@@ -825,18 +831,59 @@ mod model {
 
     #[derive(Debug)]
     struct Request {
-        batch: usize,
-        key: BatchKey,
+        /// The client batches whose records it carries (several if joined), in order.
+        content: Vec<usize>,
+        /// Those whose outcome kroute records: (client batch, key, own number).
+        members: Vec<(usize, BatchKey, i32)>,
+        /// The client batches whose request waits for this answer.
+        answers: Vec<usize>,
         target: i32,
-        seq: i32,
+        /// Its first number.
+        first: i32,
+    }
+
+    impl Request {
+        fn solo(batch: usize, key: BatchKey, target: i32, seq: i32) -> Self {
+            Request {
+                content: vec![batch],
+                members: vec![(batch, key, seq)],
+                answers: vec![batch],
+                target,
+                first: seq,
+            }
+        }
+    }
+
+    /// The model's stand-in for a joined batch's bytes: its first number and its batches.
+    fn joined_bytes(first: i32, content: &[usize]) -> Bytes {
+        let mut out = first.to_be_bytes().to_vec();
+        for id in content {
+            out.extend_from_slice(&(*id as u64).to_be_bytes());
+        }
+        Bytes::from(out)
+    }
+
+    fn joined_content(bytes: &Bytes) -> (i32, Vec<usize>) {
+        let first = i32::from_be_bytes(bytes[..4].try_into().unwrap());
+        let ids = bytes[4..]
+            .chunks(8)
+            .map(|c| u64::from_be_bytes(c.try_into().unwrap()) as usize)
+            .collect();
+        (first, ids)
+    }
+
+    type KeyTuple = (i32, i16, i32, i32);
+
+    fn tuple(k: &BatchKey) -> KeyTuple {
+        (k.partition, k.epoch, k.base, k.records)
     }
 
     #[derive(Debug, Default)]
     struct BrokerPartition {
         /// (epoch, last sequence appended); None while it has no state for the producer.
         last: Option<(i16, i32)>,
-        /// The last batches appended in that epoch: (first, last sequence, client batch).
-        window: VecDeque<(i32, i32, usize)>,
+        /// The last batches appended in that epoch: (first, last sequence, client batches).
+        window: VecDeque<(i32, i32, Vec<usize>)>,
         queue: VecDeque<Request>,
     }
 
@@ -850,6 +897,10 @@ mod model {
         /// Times each client batch was appended, on any partition.
         appended: Vec<u32>,
         bumps: bool,
+        /// Which client batch each key kroute saw belongs to.
+        ids: HashMap<KeyTuple, usize>,
+        /// What happened, for a failure's message.
+        log: Vec<String>,
     }
 
     impl World {
@@ -874,6 +925,8 @@ mod model {
                 epoch: 0,
                 appended: Vec::new(),
                 bumps,
+                ids: HashMap::new(),
+                log: Vec::new(),
             }
         }
 
@@ -903,18 +956,20 @@ mod model {
                     if self.unfinished(partition) >= CLIENT_IN_FLIGHT {
                         return;
                     }
-                    let base = self.next_base[partition as usize];
-                    self.next_base[partition as usize] = advance(base, records);
-                    self.batches.push(ClientBatch {
-                        partition,
-                        epoch: self.epoch,
-                        base,
-                        records,
-                        too_large,
-                        status: Status::Waiting,
-                    });
-                    self.appended.push(0);
-                    self.send(self.batches.len() - 1, pick);
+                    let id = self.new_batch(partition, records, too_large);
+                    self.send(id, pick);
+                }
+                Op::SendJoined { batches, pick } => {
+                    let mut ids = Vec::new();
+                    for (partition, records, too_large) in batches {
+                        let partition = (partition % self.partitions) as i32;
+                        if self.unfinished(partition) < CLIENT_IN_FLIGHT {
+                            ids.push(self.new_batch(partition, records, too_large));
+                        }
+                    }
+                    if !ids.is_empty() {
+                        self.send_joined(&ids, pick);
+                    }
                 }
                 Op::Retry { which, pick } => {
                     let waiting = self.waiting();
@@ -940,18 +995,118 @@ mod model {
             check_counters(&self.producer);
         }
 
+        fn new_batch(&mut self, partition: i32, records: i32, too_large: bool) -> usize {
+            let base = self.next_base[partition as usize];
+            self.next_base[partition as usize] = advance(base, records);
+            self.batches.push(ClientBatch {
+                partition,
+                epoch: self.epoch,
+                base,
+                records,
+                too_large,
+                status: Status::Waiting,
+            });
+            self.appended.push(0);
+            self.batches.len() - 1
+        }
+
+        /// The client's key for batch `id`, as kroute sees it now.
+        fn key_of(&mut self, id: usize) -> BatchKey {
+            let b = &self.batches[id];
+            let k = key(b.partition, b.epoch, b.base, b.records);
+            self.ids.insert(tuple(&k), id);
+            k
+        }
+
+        /// New batches that waited in kroute: the first is placed like any fresh batch, the
+        /// others join it on its lane as far as kroute's numbering lets them; the rest are
+        /// answered "not now".
+        fn send_joined(&mut self, ids: &[usize], pick: usize) {
+            let mut keys = Vec::new();
+            for &id in ids {
+                self.batches[id].status = Status::Sent;
+                let k = self.key_of(id);
+                assert_eq!(self.producer.lookup(&k), Lookup::Fresh);
+                keys.push(k);
+            }
+            let head = &keys[0];
+            let takes: Vec<i32> = (0..self.lanes.len() as i32)
+                .filter(|t| self.producer.lane_takes(&head.topic, *t, head.epoch))
+                .collect();
+            let placed = (self.producer.in_client_order(head) && !takes.is_empty()).then(|| {
+                let target = takes[pick % takes.len()];
+                (
+                    target,
+                    self.producer
+                        .assign(head, target)
+                        .expect("the lane takes it"),
+                )
+            });
+            let Some((target, first)) = placed else {
+                for (id, k) in ids.iter().zip(&keys) {
+                    self.report(*id, k, REQUEST_TIMED_OUT);
+                }
+                return;
+            };
+            let mut members = vec![(ids[0], keys[0].clone(), first)];
+            for (id, k) in ids.iter().zip(&keys).skip(1) {
+                match self.producer.join(k, target, first) {
+                    Some(seq) => members.push((*id, k.clone(), seq)),
+                    None => self.report(*id, k, REQUEST_TIMED_OUT),
+                }
+            }
+            check_counters(&self.producer);
+            let content: Vec<usize> = members.iter().map(|m| m.0).collect();
+            self.log.push(format!(
+                "joined {:?} -> lane {target}",
+                members.iter().map(|m| (m.0, m.2)).collect::<Vec<_>>()
+            ));
+            if content.len() > 1 {
+                let bytes = joined_bytes(first, &content);
+                self.producer
+                    .set_joined(&topic(), target, head.epoch, first, &bytes);
+            }
+            self.lanes[target as usize].queue.push_back(Request {
+                answers: content.clone(),
+                content,
+                members,
+                target,
+                first,
+            });
+        }
+
         /// The client sends (or resends) a batch through kroute, which places it as the
         /// Produce path does.
         fn send(&mut self, id: usize, pick: usize) {
             assert_eq!(self.batches[id].status, Status::Waiting);
             self.batches[id].status = Status::Sent;
-            let b = &self.batches[id];
-            let k = key(b.partition, b.epoch, b.base, b.records);
+            let k = self.key_of(id);
             let (target, seq) = match self.producer.lookup(&k) {
                 Lookup::Acknowledged => return self.report(id, &k, NONE),
                 // The first copy is still unanswered: kroute answers a retriable error.
                 Lookup::StillInFlight => return self.report(id, &k, REQUEST_TIMED_OUT),
                 Lookup::Resend { target, seq } => (target, seq),
+                Lookup::ResendJoined(j) => {
+                    let (first, content) = joined_content(&j.records);
+                    let members = j
+                        .members
+                        .iter()
+                        .map(|(k, seq)| (self.ids[&tuple(k)], k.clone(), *seq))
+                        .collect::<Vec<_>>();
+                    assert!(members.iter().any(|m| m.0 == id));
+                    self.log.push(format!(
+                        "batch {id} resends joined {content:?} from {first} -> lane {}",
+                        j.target
+                    ));
+                    self.lanes[j.target as usize].queue.push_back(Request {
+                        content,
+                        members,
+                        answers: vec![id],
+                        target: j.target,
+                        first,
+                    });
+                    return;
+                }
                 // An earlier batch of its partition is not numbered yet: kroute says "not now".
                 Lookup::Fresh if !self.producer.in_client_order(&k) => {
                     return self.report(id, &k, REQUEST_TIMED_OUT);
@@ -972,12 +1127,11 @@ mod model {
                     (target, seq)
                 }
             };
-            self.lanes[target as usize].queue.push_back(Request {
-                batch: id,
-                key: k,
-                target,
-                seq,
-            });
+            self.log
+                .push(format!("batch {id} {k:?} -> lane {target} seq {seq}"));
+            self.lanes[target as usize]
+                .queue
+                .push_back(Request::solo(id, k, target, seq));
         }
 
         fn deliver(&mut self, lane: usize, skip: usize, fate: Fate, duplicate_code: bool) {
@@ -995,32 +1149,44 @@ mod model {
                     NETWORK_EXCEPTION
                 }
             };
-            let reported = self.producer.resolve(&req.key, req.target, req.seq, error);
-            if error == NONE {
-                assert_eq!(reported, NONE);
+            self.log.push(format!(
+                "lane {lane} answers {error} to {:?} (members {:?}, answers {:?})",
+                req.content,
+                req.members.iter().map(|m| (m.0, m.2)).collect::<Vec<_>>(),
+                req.answers
+            ));
+            for (id, k, seq) in &req.members {
+                let reported = self.producer.resolve(k, req.target, *seq, error);
+                self.log.push(format!("  batch {id} reported {reported}"));
+                if error == NONE {
+                    assert_eq!(reported, NONE);
+                }
+                if req.answers.contains(id) {
+                    self.report(*id, k, reported);
+                }
             }
-            self.report(req.batch, &req.key, reported);
         }
 
         /// A broker's sequence checks, as Kafka's ProducerStateManager makes them.
         fn broker(&mut self, lane: usize, req: &Request, duplicate_code: bool) -> i16 {
-            if self.batches[req.batch].too_large {
+            if req.content.iter().any(|id| self.batches[*id].too_large) {
                 return MESSAGE_TOO_LARGE;
             }
             let part = &mut self.lanes[lane];
-            let epoch = req.key.epoch;
-            let first = req.seq;
-            let last = advance(first, req.key.records - 1);
+            let epoch = req.members[0].1.epoch;
+            let first = req.first;
+            let records: i32 = req.content.iter().map(|id| self.batches[*id].records).sum();
+            let last = advance(first, records - 1);
             match part.last {
                 Some((e, _)) if epoch < e => return INVALID_PRODUCER_EPOCH,
                 Some((e, appended_last)) if epoch == e => {
-                    if let Some(&(_, _, original)) =
+                    if let Some((_, _, original)) =
                         part.window.iter().find(|w| w.0 == first && w.1 == last)
                     {
                         assert_eq!(
-                            original, req.batch,
-                            "lane {lane}: batch {} deduplicated as batch {original}: kroute gave both the numbers {first}..={last}",
-                            req.batch
+                            *original, req.content,
+                            "lane {lane}: batches {:?} deduplicated as {original:?}: kroute gave both the numbers {first}..={last}",
+                            req.content
                         );
                         return if duplicate_code {
                             DUPLICATE_SEQUENCE_NUMBER
@@ -1039,18 +1205,24 @@ mod model {
                 None => {}
             }
             part.last = Some((epoch, last));
-            part.window.push_back((first, last, req.batch));
+            part.window.push_back((first, last, req.content.clone()));
             if part.window.len() > BROKER_WINDOW {
                 part.window.pop_front();
             }
-            self.appended[req.batch] += 1;
-            if !self.bumps {
-                // (i) no client batch is ever appended twice, on any partition.
-                assert_eq!(
-                    self.appended[req.batch], 1,
-                    "batch {} appended twice",
-                    req.batch
-                );
+            self.log.push(format!(
+                "lane {lane} appends {first}..={last}: {:?}",
+                req.content
+            ));
+            for id in &req.content {
+                self.appended[*id] += 1;
+                if !self.bumps {
+                    // (i) no client batch is ever appended twice, on any partition.
+                    assert_eq!(
+                        self.appended[*id], 1,
+                        "batch {id} appended twice: {:#?}",
+                        self.log
+                    );
+                }
             }
             NONE
         }
@@ -1160,6 +1332,11 @@ mod model {
                 too_large,
                 pick,
             });
+        let send_joined = (
+            prop::collection::vec((0..3usize, 1..=5i32, prop::bool::weighted(0.04)), 2..=4),
+            any::<usize>(),
+        )
+            .prop_map(|(batches, pick)| Op::SendJoined { batches, pick });
         let retry =
             (any::<usize>(), any::<usize>()).prop_map(|(which, pick)| Op::Retry { which, pick });
         let fate = prop_oneof![
@@ -1178,6 +1355,7 @@ mod model {
         );
         let op = prop_oneof![
             5 => send,
+            2 => send_joined,
             3 => retry,
             9 => deliver,
             bump_weight => Just(Op::Bump),
@@ -1262,4 +1440,101 @@ fn a_later_batch_is_not_numbered_before_an_earlier_one_of_its_partition() {
     assert_eq!(place(&mut p, &b, 1), 15);
     assert!(p.in_client_order(&c));
     assert_eq!(place(&mut p, &c, 1), 30);
+}
+
+/// Numbers `joiners` right behind the fresh batch `head` on `target`, as one joined batch.
+fn place_joined(p: &mut Producer, head: &BatchKey, joiners: &[BatchKey], target: i32) -> Vec<i32> {
+    let first = place(p, head, target);
+    let mut seqs = vec![first];
+    for j in joiners {
+        assert_eq!(p.lookup(j), Lookup::Fresh, "{j:?}");
+        seqs.push(p.join(j, target, first).expect("joined"));
+        check_counters(p);
+    }
+    p.set_joined(
+        &topic(),
+        target,
+        head.epoch,
+        first,
+        &Bytes::from_static(b"joined"),
+    );
+    seqs
+}
+
+#[test]
+fn a_joined_batch_is_numbered_contiguously_and_acknowledged_for_every_member() {
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(0, 0, 0, 2), 0);
+    let (a, b, c) = (key(0, 0, 2, 1), key(1, 0, 0, 3), key(0, 0, 3, 2));
+    let seqs = place_joined(&mut p, &a, &[b.clone(), c.clone()], 0);
+    assert_eq!(seqs, vec![2, 3, 6]);
+    // A batch numbered meanwhile would break the join: it starts its own broker batch.
+    let d = key(2, 0, 0, 1);
+    assert_eq!(place(&mut p, &d, 0), 8);
+    assert_eq!(p.join(&key(2, 0, 1, 1), 0, 2), None, "the lane moved on");
+    for (k, seq) in [(&a, 2), (&b, 3), (&c, 6)] {
+        assert_eq!(answer(&mut p, k, 0, seq, NONE), NONE);
+        assert_eq!(p.lookup(k), Lookup::Acknowledged);
+    }
+    assert_eq!(p.lanes[&(topic(), 0)].acked_end, Some(8));
+}
+
+#[test]
+fn a_lost_joined_batch_is_resent_whole_for_any_member() {
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(0, 0, 0, 2), 0);
+    let (a, b) = (key(0, 0, 2, 1), key(1, 0, 0, 3));
+    let seqs = place_joined(&mut p, &a, std::slice::from_ref(&b), 0);
+    for (k, seq) in [(&a, seqs[0]), (&b, seqs[1])] {
+        assert_eq!(
+            answer(&mut p, k, 0, seq, NETWORK_EXCEPTION),
+            NETWORK_EXCEPTION
+        );
+    }
+    let Lookup::ResendJoined(joined) = p.lookup(&b) else {
+        panic!("resent whole");
+    };
+    assert_eq!(joined.target, 0);
+    assert_eq!(joined.records, Bytes::from_static(b"joined"));
+    assert_eq!(joined.members, vec![(a.clone(), 2), (b.clone(), 3)]);
+    check_counters(&p);
+    assert_eq!(
+        p.lookup(&a),
+        Lookup::StillInFlight,
+        "in flight again with b"
+    );
+    // The joined batch counts once in the broker's deduplication window.
+    assert!(p.lane_takes(&topic(), 0, 0));
+    // The resend is appended (or answered as the duplicate it is): both acknowledged.
+    assert_eq!(
+        answer(&mut p, &a, 0, 2, DUPLICATE_SEQUENCE_NUMBER),
+        DUPLICATE_SEQUENCE_NUMBER
+    );
+    assert_eq!(answer(&mut p, &b, 0, 3, NONE), NONE);
+    assert_eq!(p.lookup(&a), Lookup::Acknowledged);
+}
+
+#[test]
+fn a_refused_joined_batch_sends_each_member_back_alone_and_stops_joining() {
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(0, 0, 0, 2), 0);
+    let (a, b) = (key(0, 0, 2, 1), key(1, 0, 0, 3));
+    let seqs = place_joined(&mut p, &a, std::slice::from_ref(&b), 0);
+    // Refused (too large, say): perhaps for the other member's records or the joined size.
+    // Neither fails: both are retried, alone, and get their own verdict.
+    for (k, seq) in [(&a, seqs[0]), (&b, seqs[1])] {
+        assert_eq!(
+            answer(&mut p, k, 0, seq, MESSAGE_TOO_LARGE),
+            REQUEST_TIMED_OUT
+        );
+    }
+    assert!(!p.joins(&topic()));
+    assert_eq!(
+        p.lanes[&(topic(), 0)].next,
+        2,
+        "rewound to the refused batch"
+    );
+    assert_eq!(place(&mut p, &a, 0), 2);
+    assert_eq!(p.lookup(&b), Lookup::Fresh);
+    assert_eq!(p.join(&b, 0, 2), None, "no more joining in this topic");
 }

@@ -1,0 +1,290 @@
+//! Joining several record batches of one idempotent producer into one batch.
+//!
+//! A broker takes one batch per partition per Produce request and works on one request per
+//! connection at a time, and an idempotent producer's batches for one partition must stay on
+//! one connection to keep their order: a partition takes one batch of such a producer per
+//! broker round trip (docs/idempotent-routing.md, "How fast a lane can go"). When kroute
+//! concentrates a producer's traffic on a fast broker's few partitions, batches that wait for
+//! the same partition are therefore *joined*: their records go out as one batch, with one
+//! base sequence, so a round trip carries all of them.
+//!
+//! Only uncompressed batches with plain attributes are joined (no transaction, no control
+//! batch, CreateTime): their records can be re-framed without decompressing anything. Each
+//! record's offset delta and timestamp delta are rewritten relative to the joined batch (both
+//! are varints, so the record is re-framed); key, value and headers are copied as they are.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+const BATCH_LENGTH: usize = 8;
+const MAGIC: usize = 16;
+const CRC: usize = 17;
+const ATTRIBUTES: usize = 21;
+const LAST_OFFSET_DELTA: usize = 23;
+const BASE_TIMESTAMP: usize = 27;
+const MAX_TIMESTAMP: usize = 35;
+const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: usize = 53;
+const RECORD_COUNT: usize = 57;
+const RECORDS: usize = 61;
+
+/// Whether `records` is exactly one magic v2 batch that can be joined with others: no
+/// compression, CreateTime, not transactional, not a control batch, length consistent.
+pub fn joinable(records: &[u8]) -> bool {
+    let Some(len) = read_i32(records, BATCH_LENGTH).and_then(|l| usize::try_from(l).ok()) else {
+        return false;
+    };
+    len.checked_add(12) == Some(records.len())
+        && records.len() > RECORDS
+        && records[MAGIC] == 2
+        && read_i16(records, ATTRIBUTES) == Some(0)
+}
+
+/// Joins `batches` (each [`joinable`], all of the same producer and epoch) into one batch with
+/// base sequence `base_sequence`, in their order; None if one cannot be read. The joined batch
+/// takes the first one's header (offset, leader epoch, producer); its record count, last
+/// offset delta, timestamps and CRC describe all the records.
+pub fn join(batches: &[&Bytes], base_sequence: i32) -> Option<Bytes> {
+    let first = batches.first()?;
+    if !batches.iter().all(|b| joinable(b)) {
+        return None;
+    }
+    let producer = first.get(PRODUCER_ID..BASE_SEQUENCE)?;
+    if batches
+        .iter()
+        .any(|b| b.get(PRODUCER_ID..BASE_SEQUENCE) != Some(producer))
+    {
+        return None;
+    }
+    let base_timestamp = read_i64(first, BASE_TIMESTAMP)?;
+    let capacity = batches.iter().map(|b| b.len()).sum::<usize>();
+    let mut out = BytesMut::with_capacity(capacity + 16 * batches.len());
+    out.extend_from_slice(first.get(..RECORDS)?);
+    let mut offset: i64 = 0;
+    let mut max_timestamp = i64::MIN;
+    let mut record = Vec::new();
+    for batch in batches {
+        let count = read_i32(batch, RECORD_COUNT)?;
+        let shift = read_i64(batch, BASE_TIMESTAMP)?.checked_sub(base_timestamp)?;
+        max_timestamp = max_timestamp.max(read_i64(batch, MAX_TIMESTAMP)?);
+        let body = batch.get(RECORDS..)?;
+        let mut pos = 0usize;
+        for _ in 0..count {
+            let len = usize::try_from(varint(body, &mut pos)?).ok()?;
+            let end = pos.checked_add(len).filter(|e| *e <= body.len())?;
+            let attributes = *body.get(pos)?;
+            let mut at = pos + 1;
+            let timestamp_delta = varint(body, &mut at)?;
+            let offset_delta = varint(body, &mut at)?;
+            if at > end {
+                return None;
+            }
+            record.clear();
+            record.push(attributes);
+            put_varint(&mut record, timestamp_delta.checked_add(shift)?);
+            put_varint(&mut record, offset_delta.checked_add(offset)?);
+            record.extend_from_slice(&body[at..end]);
+            put_varint(&mut out, i64::try_from(record.len()).ok()?);
+            out.extend_from_slice(&record);
+            pos = end;
+        }
+        if pos != body.len() {
+            return None;
+        }
+        offset = offset.checked_add(i64::from(count))?;
+    }
+    let total = i32::try_from(offset).ok().filter(|n| *n > 0)?;
+    let length = i32::try_from(out.len() - 12).ok()?;
+    out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    out[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&(total - 1).to_be_bytes());
+    out[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+    out[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&base_sequence.to_be_bytes());
+    out[RECORD_COUNT..RECORD_COUNT + 4].copy_from_slice(&total.to_be_bytes());
+    let crc = crc32c::crc32c(&out[ATTRIBUTES..]);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    debug_assert_eq!(out.get(PRODUCER_ID..PRODUCER_EPOCH + 2), Some(producer));
+    Some(out.freeze())
+}
+
+fn read_i16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn read_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn read_i64(b: &[u8], at: usize) -> Option<i64> {
+    Some(i64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Reads a zigzag varint (as used inside records).
+fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+/// Writes a zigzag varint.
+fn put_varint(out: &mut impl BufMut, value: i64) {
+    let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+    while raw >= 0x80 {
+        out.put_u8((raw as u8 & 0x7f) | 0x80);
+        raw >>= 7;
+    }
+    out.put_u8(raw as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
+    };
+
+    /// One batch of `n` records of producer 7, epoch 3, written by kafka-protocol's encoder.
+    fn batch(n: usize, first_value: usize, timestamp: i64, compression: Compression) -> Bytes {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: 7,
+                producer_epoch: 3,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: 40 + i as i32,
+                timestamp: timestamp + i as i64,
+                key: None,
+                value: Some(Bytes::from(format!(
+                    "v{}-{}",
+                    first_value + i,
+                    "x".repeat(200)
+                ))),
+                headers: [(
+                    "h".into(),
+                    Some(Bytes::from(format!("header-{}", first_value + i))),
+                )]
+                .into_iter()
+                .collect(),
+            })
+            .collect();
+        let mut out = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut out,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        out.freeze()
+    }
+
+    #[test]
+    fn joined_records_keep_their_content_and_order_with_new_offsets_and_sequences() {
+        let a = batch(2, 0, 1_700_000_000_000, Compression::None);
+        let b = batch(1, 2, 1_700_000_000_500, Compression::None);
+        // An earlier clock in a later batch: a negative timestamp delta.
+        let c = batch(70, 3, 1_699_999_999_000, Compression::None);
+        let joined = join(&[&a, &b, &c], 1000).expect("joinable");
+        // The decoder checks the CRC-32C and the batch framing.
+        let sets = RecordBatchDecoder::decode_all(&mut joined.clone()).expect("one valid batch");
+        assert_eq!(sets.len(), 1);
+        let records = &sets[0].records;
+        assert_eq!(records.len(), 73);
+        let mut expected = Vec::new();
+        for set in [&a, &b, &c] {
+            expected.extend(
+                RecordBatchDecoder::decode_all(&mut set.clone()).unwrap()[0]
+                    .records
+                    .clone(),
+            );
+        }
+        for (i, (got, want)) in records.iter().zip(&expected).enumerate() {
+            assert_eq!(got.offset, i as i64);
+            assert_eq!(got.sequence, 1000 + i as i32);
+            assert_eq!(got.timestamp, want.timestamp, "record {i}");
+            assert_eq!(
+                (&got.key, &got.value, &got.headers),
+                (&want.key, &want.value, &want.headers)
+            );
+            assert_eq!((got.producer_id, got.producer_epoch), (7, 3));
+        }
+        let info = RecordBatchDecoder::decode_batch_info(&mut joined.clone()).unwrap();
+        assert_eq!(info[0].record_count, 73);
+        assert_eq!(info[0].base_sequence, 1000);
+        assert_eq!(read_i64(&joined, MAX_TIMESTAMP), Some(1_700_000_000_500));
+        assert!(joinable(&joined));
+    }
+
+    #[test]
+    fn only_plain_uncompressed_batches_of_one_producer_are_joined() {
+        let plain = batch(2, 0, 1_700_000_000_000, Compression::None);
+        let gzip = batch(2, 0, 1_700_000_000_000, Compression::Gzip);
+        assert!(joinable(&plain));
+        assert!(!joinable(&gzip));
+        assert_eq!(join(&[&plain, &gzip], 0), None);
+        let mut other = plain.to_vec();
+        other[PRODUCER_ID + 7] = 8; // producer id 8
+        assert_eq!(join(&[&plain, &Bytes::from(other)], 0), None);
+        let mut transactional = plain.to_vec();
+        transactional[ATTRIBUTES + 1] = 0x10;
+        assert!(!joinable(&transactional));
+        // Two batches in one entry, or one cut short, are not one batch.
+        let two = [plain.as_ref(), plain.as_ref()].concat();
+        assert!(!joinable(&two));
+        assert!(!joinable(&plain[..plain.len() - 1]));
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_its_frame_refuses_the_join() {
+        let plain = batch(2, 0, 1_700_000_000_000, Compression::None);
+        let mut broken = plain.to_vec();
+        broken[RECORD_COUNT + 3] = 3; // claims 3 records, holds 2
+        assert_eq!(join(&[&plain, &Bytes::from(broken)], 0), None);
+        for cut in [RECORDS + 1, plain.len() - 3] {
+            let mut short = plain[..cut].to_vec();
+            let len = (short.len() - 12) as i32;
+            short[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(
+                join(&[&plain, &Bytes::from(short)], 0),
+                None,
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn varints_round_trip() {
+        for v in [
+            0,
+            1,
+            -1,
+            63,
+            -64,
+            64,
+            300,
+            -300,
+            i64::from(i32::MAX),
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            let mut pos = 0;
+            assert_eq!(varint(&out, &mut pos), Some(v));
+            assert_eq!(pos, out.len());
+        }
+    }
+}
