@@ -142,7 +142,9 @@ impl Merge for ProduceMerge {
                                 partition,
                                 moved,
                             } => {
-                                let answer = found.remove(&(*part, name.as_str(), *partition));
+                                // (Batches joined into one share its answer.)
+                                let answer =
+                                    found.get(&(*part, name.as_str(), *partition)).cloned();
                                 let p = answer.unwrap_or_else(|| no_answer(NETWORK_EXCEPTION));
                                 if *moved { moved_answer(p) } else { p }
                             }

@@ -41,6 +41,16 @@ pub(super) enum Placement {
         members: Vec<(BatchKey, i32)>,
         records: Bytes,
     },
+    /// Numbered `seq` on partition `target` of `node` right behind head `head` of this request
+    /// ([`TopicChoice::heads`]), to go out in one batch with it.
+    JoinedTo {
+        head: usize,
+        node: i32,
+        target: i32,
+        seq: i32,
+        key: BatchKey,
+        records: Bytes,
+    },
     /// Answered by kroute with this error code, not sent.
     Local(i16),
     /// No partition can number it now: it waits in kroute ([`super::waiting`]).
@@ -84,6 +94,28 @@ pub(super) struct TopicChoice {
     /// Set once every broker was passed over at the spill depth: lanes are then filled up to
     /// what their numbering takes.
     deep: bool,
+    /// The joinable batches of this request numbered fresh on a lane: once the chosen
+    /// broker has no partition left for this request, later batches join these.
+    pub heads: Vec<Head>,
+}
+
+/// A batch of this request that others may join.
+pub(super) struct Head {
+    pub node: i32,
+    pub target: i32,
+    pub seq: i32,
+    /// Its records (renumbered or not: only their framing matters here).
+    pub records: Bytes,
+    /// Bytes of it and of the batches joined to it so far.
+    pub bytes: usize,
+}
+
+/// Where a movable batch goes.
+enum Pick {
+    /// Fresh, on partition `.1` of broker `.0`.
+    Lane(i32, i32),
+    /// Joined to head `.0` of this request.
+    Join(usize),
 }
 
 /// What placing one entry needs to see.
@@ -225,9 +257,14 @@ impl Place<'_, '_> {
             && self.proxy.router.join_max_bytes > 0
             && self.state.sequences.joins(&key.topic)
             && join::joinable(records);
-        let moved = movable
-            .then(|| self.choose(&key, records.len(), choice, !joinable))
+        let picked = movable
+            .then(|| self.choose(&key, records, choice, joinable))
             .flatten();
+        let moved = match picked {
+            Some(Pick::Join(head)) => return self.join(key, records, choice, head, movable),
+            Some(Pick::Lane(node, target)) => Some((node, target)),
+            None => None,
+        };
         // Not movable, or no broker of the topic takes it: its own partition, if it can.
         let target = moved.or_else(|| {
             if joinable {
@@ -245,6 +282,15 @@ impl Place<'_, '_> {
         }) {
             Some((node, target, seq)) => {
                 tracing::trace!(?key, node, target, seq, "numbered");
+                if joinable {
+                    choice.heads.push(Head {
+                        node,
+                        target,
+                        seq,
+                        records: records.clone(),
+                        bytes: records.len(),
+                    });
+                }
                 Placement::Numbered {
                     node,
                     target,
@@ -261,6 +307,34 @@ impl Place<'_, '_> {
                 );
                 Placement::Wait { movable }
             }
+        }
+    }
+
+    /// Numbers a batch right behind head `h` of this request, to go out joined with it.
+    fn join(
+        &mut self,
+        key: BatchKey,
+        records: &Bytes,
+        choice: &mut TopicChoice,
+        h: usize,
+        movable: bool,
+    ) -> Placement {
+        let Some(head) = choice.heads.get_mut(h) else {
+            return Placement::Wait { movable };
+        };
+        match self.state.sequences.join(&key, head.target, head.seq) {
+            Some(seq) => {
+                head.bytes += records.len();
+                Placement::JoinedTo {
+                    head: h,
+                    node: head.node,
+                    target: head.target,
+                    seq,
+                    key,
+                    records: records.clone(),
+                }
+            }
+            None => Placement::Wait { movable },
         }
     }
 
@@ -298,10 +372,13 @@ impl Place<'_, '_> {
     fn choose(
         &mut self,
         key: &BatchKey,
-        bytes: usize,
+        records: &Bytes,
         choice: &mut TopicChoice,
-        deep: bool,
-    ) -> Option<(i32, i32)> {
+        joinable: bool,
+    ) -> Option<Pick> {
+        let bytes = records.len();
+        // A batch that can wait to be joined never queues deep.
+        let deep = !joinable;
         let layout = self.layout?;
         let router = &self.proxy.router;
         loop {
@@ -339,7 +416,7 @@ impl Place<'_, '_> {
             if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
                 router.strict_cost.charge(self.name, broker, bytes);
                 self.kept(KeepReason::Home);
-                return Some((self.home, key.partition));
+                return Some(Pick::Lane(self.home, key.partition));
             }
             let free: Vec<(u32, i32)> = layout
                 .led_by(broker)
@@ -347,6 +424,12 @@ impl Place<'_, '_> {
                 .map(|p| (sequences.lane_load(&key.topic, p), p))
                 .collect();
             let Some(least) = free.iter().map(|f| f.0).min() else {
+                // No partition of this broker left for this request: join the smallest batch
+                // this request already sends there, rather than go to a slower broker.
+                if joinable && let Some(h) = self.smallest_head(choice, broker, records) {
+                    router.strict_cost.charge(self.name, broker, bytes);
+                    return Some(Pick::Join(h));
+                }
                 choice.exhausted.push(broker);
                 choice.broker = None;
                 continue;
@@ -356,7 +439,21 @@ impl Place<'_, '_> {
             let partition = emptiest[cursor % emptiest.len()];
             self.used.insert(partition);
             router.strict_cost.charge(self.name, broker, bytes);
-            return Some((broker, partition));
+            return Some(Pick::Lane(broker, partition));
         }
+    }
+
+    /// The head of this request on `broker` with the fewest bytes that `records` can join
+    /// within `routing.join_max_bytes`.
+    fn smallest_head(&self, choice: &TopicChoice, broker: i32, records: &Bytes) -> Option<usize> {
+        let limit = self.proxy.router.join_max_bytes;
+        let (h, head) = choice
+            .heads
+            .iter()
+            .enumerate()
+            .filter(|(_, head)| head.node == broker && head.bytes + records.len() <= limit)
+            .min_by_key(|(_, head)| head.bytes)?;
+        // Every record readable, timestamps within reach of the head's.
+        join::join(&[&head.records, records], head.seq).map(|_| h)
     }
 }

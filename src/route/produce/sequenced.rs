@@ -29,6 +29,7 @@ use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
 use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, KeepReason, sequenced};
+use crate::route::join;
 use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
@@ -99,6 +100,8 @@ pub(super) fn plan(
         // A Produce request may name a partition only once.
         let mut used: HashSet<i32> = topic.partitions.iter().map(|p| p.index).collect();
         let mut choice = TopicChoice::default();
+        // Per head of `choice` (in its order): the batches going out joined with it.
+        let mut joins: Vec<PlanJoin> = Vec::new();
         let mut topic_routes = Vec::with_capacity(topic.partitions.len());
         for entry in &topic.partitions {
             let records = entry.records.as_ref();
@@ -185,6 +188,36 @@ pub(super) fn plan(
                     topic_routes.push(Route::Local { error });
                     continue;
                 }
+                Placement::JoinedTo {
+                    head,
+                    node,
+                    target,
+                    seq,
+                    key,
+                    records,
+                } => {
+                    let Some(join) = joins.get_mut(head) else {
+                        // (Every head of the choice is recorded below when it is numbered.)
+                        topic_routes.push(Route::Local {
+                            error: code::REQUEST_TIMED_OUT,
+                        });
+                        continue;
+                    };
+                    count_numbered(proxy, name_str, home, node, &key, target, records.len());
+                    join.records.push(records);
+                    numbered_in[join.part].push(Numbered {
+                        topic: name.clone(),
+                        key,
+                        target,
+                        seq,
+                    });
+                    topic_routes.push(Route::Part {
+                        part: join.part,
+                        partition: target,
+                        moved: true,
+                    });
+                    continue;
+                }
                 Placement::Untouched => (home, entry.index, entry.records.clone(), Vec::new()),
                 Placement::Joined {
                     node,
@@ -212,6 +245,18 @@ pub(super) fn plan(
                     records,
                 } => {
                     count_numbered(proxy, name_str, home, node, &key, target, records.len());
+                    if choice.heads.len() > joins.len() {
+                        // A head others may join: where it goes is known below.
+                        joins.push(PlanJoin {
+                            part: usize::MAX,
+                            route: usize::MAX,
+                            target,
+                            seq,
+                            epoch: key.epoch,
+                            topic_key: key.topic.clone(),
+                            records: vec![records.clone()],
+                        });
+                    }
                     let numbered = Numbered {
                         topic: name.clone(),
                         key,
@@ -226,15 +271,27 @@ pub(super) fn plan(
             let link = LinkKey::new(node, partition);
             let part = destination_without(&mut destinations, link, name, partition);
             add_entry(&mut destinations[part].1, name, partition, records);
-            if !numbered.is_empty() {
-                numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
-                numbered_in[part].extend(numbered);
+            numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
+            numbered_in[part].extend(numbered);
+            if let Some(join) = joins.last_mut().filter(|j| j.part == usize::MAX) {
+                join.part = part;
+                join.route = topic_routes.len();
             }
             topic_routes.push(Route::Part {
                 part,
                 partition,
                 moved: joined || partition != entry.index,
             });
+        }
+        for join in joins.into_iter().filter(|j| j.records.len() > 1) {
+            let numbered = &mut numbered_in[join.part];
+            join.finish(
+                proxy,
+                &mut state,
+                name,
+                (&mut destinations, numbered),
+                &mut topic_routes,
+            );
         }
         routes.push(topic_routes);
     }
@@ -287,6 +344,88 @@ pub(super) fn plan(
         parts,
         merge: Some(Box::new(merge) as Box<dyn Merge>),
     })
+}
+
+/// Batches of one request going out as one joined batch ([`crate::route::join`]): the head
+/// (numbered fresh, in part `part` as partition `target`, its route at index `route`) and the
+/// batches numbered right behind it.
+struct PlanJoin {
+    part: usize,
+    route: usize,
+    target: i32,
+    seq: i32,
+    epoch: i16,
+    topic_key: Bytes,
+    records: Vec<Bytes>,
+}
+
+impl PlanJoin {
+    /// Puts the joined batch in place of the head's in its part, and reports the head's
+    /// offsets unknown like its followers'.
+    fn finish(
+        self,
+        proxy: &Proxy,
+        state: &mut ProducerState,
+        topic: &TopicName,
+        (destinations, numbered): (&mut [(LinkKey, Vec<TopicProduceData>)], &mut Vec<Numbered>),
+        routes: &mut [Route],
+    ) {
+        let parts: Vec<&Bytes> = self.records.iter().collect();
+        let joined = join::join(&parts, self.seq);
+        let entry = destinations
+            .get_mut(self.part)
+            .and_then(|(_, data)| data.iter_mut().find(|t| t.name == *topic))
+            .and_then(|t| t.partition_data.iter_mut().find(|p| p.index == self.target));
+        let (Some(joined), Some(entry)) = (joined, entry) else {
+            // Cannot happen (each batch was joined on trial with the head first). If it did,
+            // nothing of it is sent and each batch is answered "not now": as for a refused
+            // joined batch, the lane takes the numbers back and each is retried alone.
+            let sequences = &mut state.sequences;
+            for route in routes.iter_mut() {
+                if matches!(route, Route::Part { part, partition, moved: true }
+                    if *part == self.part && *partition == self.target)
+                {
+                    *route = Route::Local {
+                        error: code::REQUEST_TIMED_OUT,
+                    };
+                }
+            }
+            sequences.set_joined(
+                &self.topic_key,
+                self.target,
+                self.epoch,
+                self.seq,
+                &Bytes::new(),
+            );
+            let (mine, others): (Vec<Numbered>, Vec<Numbered>) = std::mem::take(numbered)
+                .into_iter()
+                .partition(|n| n.topic == *topic && n.target == self.target);
+            *numbered = others;
+            for n in mine {
+                sequences.resolve(&n.key, n.target, n.seq, code::INVALID_RECORD);
+            }
+            if let Some(r) = routes.get_mut(self.route) {
+                *r = Route::Local {
+                    error: code::REQUEST_TIMED_OUT,
+                };
+            }
+            if let Some((_, data)) = destinations.get_mut(self.part) {
+                for t in data.iter_mut().filter(|t| t.name == *topic) {
+                    t.partition_data.retain(|p| p.index != self.target);
+                }
+            }
+            return;
+        };
+        entry.records = Some(joined.clone());
+        if let Some(Route::Part { moved, .. }) = routes.get_mut(self.route) {
+            *moved = true;
+        }
+        state
+            .sequences
+            .set_joined(&self.topic_key, self.target, self.epoch, self.seq, &joined);
+        let followers = self.records.len() as u64 - 1;
+        proxy.metrics.sequencing.joined.increment(followers);
+    }
 }
 
 /// Counts a batch sent with kroute's numbers (and its move, if it moved).

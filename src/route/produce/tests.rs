@@ -701,3 +701,78 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
         Lookup::StillInFlight
     );
 }
+
+#[tokio::test]
+async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batches_there() {
+    let p = proxy("strict-cost");
+    p.cluster.observe_topics(vec![(
+        "tj".into(),
+        Some(TopicLayout::new([
+            (0, 1),
+            (1, 1),
+            (2, 1),
+            (3, 1),
+            (4, 2),
+            (5, 2),
+            (6, 3),
+        ])),
+    )]);
+    // Broker 2 is the fast one.
+    let now = Instant::now();
+    for (node, ms) in [(1, 40), (2, 2), (3, 40)] {
+        let score = p.router.scores.broker(node);
+        score.sent(now);
+        score.answered(
+            now,
+            now + Duration::from_millis(ms),
+            &p.router.scores.config,
+        );
+    }
+    p.router.producers.own(5, Instant::now());
+    let entries_in: Vec<(&str, i32, Bytes)> = (0..4)
+        .map(|partition| ("tj", partition, numbered_from(0)))
+        .collect();
+    let (head, produce, frame) = request(&entries_in, -1, None);
+    let mut s = split(plan(&p, 1, true, &head, &produce, &frame));
+    assert!(
+        s.parts.iter().all(|part| part.node_id == 2),
+        "all to the fast broker"
+    );
+    // Broker 2 leads two partitions: the four batches went out as two joined batches (one
+    // request per partition: they use different connections of the producer).
+    let sent: Vec<(String, i32, Bytes)> = s.parts.iter().flat_map(|p| entries(&p.frame)).collect();
+    let targets: Vec<i32> = sent.iter().map(|e| e.1).collect();
+    assert_eq!(targets, vec![4, 5]);
+    for (_, target, records) in &sent {
+        let batches = RecordBatchDecoder::decode_all(&mut records.clone()).unwrap();
+        assert_eq!(batches.len(), 1, "one batch per partition");
+        let sequences: Vec<i32> = batches[0].records.iter().map(|r| r.sequence).collect();
+        assert_eq!(sequences, vec![0, 1, 2, 3], "partition {target}");
+    }
+    // (No broker here: the requests are answered "none came", for each client partition.)
+    let mut answers = Vec::new();
+    for part in s.parts.iter_mut() {
+        answers.push(part.sent.take().unwrap().await.unwrap());
+    }
+    let merged = s.merge.take().unwrap().merge(answers);
+    assert_eq!(
+        merged_errors(&merged),
+        (0..4).map(|p| (p, NETWORK_EXCEPTION)).collect::<Vec<_>>()
+    );
+    // A retry of the batch that joined resends the joined batch whole.
+    let owner = p.router.producers.get(5).unwrap();
+    let joiner = BatchKey {
+        topic: Bytes::from_static(b"tj"),
+        ..key(2, 0)
+    };
+    let Lookup::ResendJoined(joined) = owner.lock().sequences.lookup(&joiner) else {
+        panic!("resent whole");
+    };
+    let members: Vec<(i32, i32)> = joined
+        .members
+        .iter()
+        .map(|(k, s)| (k.partition, *s))
+        .collect();
+    assert_eq!(members, vec![(0, 0), (2, 2)]);
+    assert_eq!(joined.target, 4);
+}

@@ -158,6 +158,15 @@ pub fn release(
             Placement::Local(error) => answer(w, error),
             // Only adopted producers' batches pass untouched, and those never wait.
             Placement::Untouched => answer(w, code::REQUEST_TIMED_OUT),
+            // (Each waiting batch is placed with a choice of its own: nothing to join there.)
+            Placement::JoinedTo {
+                target, seq, key, ..
+            } => {
+                state
+                    .sequences
+                    .resolve(&key, target, seq, code::INVALID_RECORD);
+                answer(w, code::REQUEST_TIMED_OUT);
+            }
             Placement::Joined {
                 node,
                 target,
