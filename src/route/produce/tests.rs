@@ -741,7 +741,8 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
     // Broker 2 leads two partitions: the four batches went out as two joined batches (one
     // request per partition: they use different connections of the producer).
     let sent: Vec<(String, i32, Bytes)> = s.parts.iter().flat_map(|p| entries(&p.frame)).collect();
-    let targets: Vec<i32> = sent.iter().map(|e| e.1).collect();
+    let mut targets: Vec<i32> = sent.iter().map(|e| e.1).collect();
+    targets.sort_unstable();
     assert_eq!(targets, vec![4, 5]);
     for (_, target, records) in &sent {
         let batches = RecordBatchDecoder::decode_all(&mut records.clone()).unwrap();
@@ -774,5 +775,5 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
         .map(|(k, s)| (k.partition, *s))
         .collect();
     assert_eq!(members, vec![(0, 0), (2, 2)]);
-    assert_eq!(joined.target, 4);
+    assert!([4, 5].contains(&joined.target));
 }
