@@ -40,6 +40,16 @@ pub fn joinable(records: &[u8]) -> bool {
         && read_i16(records, ATTRIBUTES) == Some(0)
 }
 
+/// Whether `next` can be joined behind `first` (see [`join`]): both [`joinable`], of the same
+/// producer and epoch, every record of `next` readable, its timestamps within reach of
+/// `first`'s. Reads without copying anything.
+pub fn can_join(first: &[u8], next: &[u8]) -> bool {
+    joinable(first)
+        && joinable(next)
+        && first.get(PRODUCER_ID..BASE_SEQUENCE) == next.get(PRODUCER_ID..BASE_SEQUENCE)
+        && timestamp_shift(first, next).is_some_and(|shift| reframe(next, shift, 0, None).is_some())
+}
+
 /// Joins `batches` (each [`joinable`], all of the same producer and epoch) into one batch with
 /// base sequence `base_sequence`, in their order; None if one cannot be read. The joined batch
 /// takes the first one's header (offset, leader epoch, producer); its record count, last
@@ -56,41 +66,15 @@ pub fn join(batches: &[&Bytes], base_sequence: i32) -> Option<Bytes> {
     {
         return None;
     }
-    let base_timestamp = read_i64(first, BASE_TIMESTAMP)?;
     let capacity = batches.iter().map(|b| b.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(capacity + 16 * batches.len());
     out.extend_from_slice(first.get(..RECORDS)?);
     let mut offset: i64 = 0;
     let mut max_timestamp = i64::MIN;
-    let mut record = Vec::new();
     for batch in batches {
-        let count = read_i32(batch, RECORD_COUNT)?;
-        let shift = read_i64(batch, BASE_TIMESTAMP)?.checked_sub(base_timestamp)?;
         max_timestamp = max_timestamp.max(read_i64(batch, MAX_TIMESTAMP)?);
-        let body = batch.get(RECORDS..)?;
-        let mut pos = 0usize;
-        for _ in 0..count {
-            let len = usize::try_from(varint(body, &mut pos)?).ok()?;
-            let end = pos.checked_add(len).filter(|e| *e <= body.len())?;
-            let attributes = *body.get(pos)?;
-            let mut at = pos + 1;
-            let timestamp_delta = varint(body, &mut at)?;
-            let offset_delta = varint(body, &mut at)?;
-            if at > end {
-                return None;
-            }
-            record.clear();
-            record.push(attributes);
-            put_varint(&mut record, timestamp_delta.checked_add(shift)?);
-            put_varint(&mut record, offset_delta.checked_add(offset)?);
-            record.extend_from_slice(&body[at..end]);
-            put_varint(&mut out, i64::try_from(record.len()).ok()?);
-            out.extend_from_slice(&record);
-            pos = end;
-        }
-        if pos != body.len() {
-            return None;
-        }
+        let shift = timestamp_shift(first, batch)?;
+        let count = reframe(batch, shift, offset, Some(&mut out))?;
         offset = offset.checked_add(i64::from(count))?;
     }
     let total = i32::try_from(offset).ok().filter(|n| *n > 0)?;
@@ -104,6 +88,44 @@ pub fn join(batches: &[&Bytes], base_sequence: i32) -> Option<Bytes> {
     out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     debug_assert_eq!(out.get(PRODUCER_ID..PRODUCER_EPOCH + 2), Some(producer));
     Some(out.freeze())
+}
+
+/// How far `batch`'s base timestamp is from `first`'s.
+fn timestamp_shift(first: &[u8], batch: &[u8]) -> Option<i64> {
+    read_i64(batch, BASE_TIMESTAMP)?.checked_sub(read_i64(first, BASE_TIMESTAMP)?)
+}
+
+/// Walks the records of `batch`, each with its timestamp delta moved by `shift` and its offset
+/// delta by `offset`, writing them re-framed to `out` if given; returns how many there are.
+/// None if a record does not fit its frame or the batch holds other than its record count.
+fn reframe(batch: &[u8], shift: i64, offset: i64, mut out: Option<&mut BytesMut>) -> Option<i32> {
+    let count = read_i32(batch, RECORD_COUNT)?;
+    let body = batch.get(RECORDS..)?;
+    let mut pos = 0usize;
+    for _ in 0..count {
+        let len = usize::try_from(varint(body, &mut pos)?).ok()?;
+        let end = pos.checked_add(len).filter(|e| *e <= body.len())?;
+        let attributes = *body.get(pos)?;
+        let mut at = pos + 1;
+        let timestamp_delta = varint(body, &mut at)?.checked_add(shift)?;
+        let offset_delta = varint(body, &mut at)?.checked_add(offset)?;
+        if at > end {
+            return None;
+        }
+        if let Some(out) = out.as_deref_mut() {
+            // attributes, then the two deltas (at most 10 bytes each as varints)
+            let mut head = [0u8; 21];
+            head[0] = attributes;
+            let mut n = 1 + put_varint(&mut head[1..], timestamp_delta);
+            n += put_varint(&mut head[n..], offset_delta);
+            let rest = &body[at..end];
+            put_varint_buf(out, i64::try_from(n + rest.len()).ok()?);
+            out.extend_from_slice(&head[..n]);
+            out.extend_from_slice(rest);
+        }
+        pos = end;
+    }
+    (pos == body.len()).then_some(count)
 }
 
 fn read_i16(b: &[u8], at: usize) -> Option<i16> {
@@ -132,14 +154,24 @@ fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
     None
 }
 
-/// Writes a zigzag varint.
-fn put_varint(out: &mut impl BufMut, value: i64) {
+/// Writes a zigzag varint into `out` (room for 10 bytes); returns its length.
+fn put_varint(out: &mut [u8], value: i64) -> usize {
     let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+    let mut n = 0;
     while raw >= 0x80 {
-        out.put_u8((raw as u8 & 0x7f) | 0x80);
+        out[n] = (raw as u8 & 0x7f) | 0x80;
         raw >>= 7;
+        n += 1;
     }
-    out.put_u8(raw as u8);
+    out[n] = raw as u8;
+    n + 1
+}
+
+/// Writes a zigzag varint at the end of `out`.
+fn put_varint_buf(out: &mut impl BufMut, value: i64) {
+    let mut buf = [0u8; 10];
+    let n = put_varint(&mut buf, value);
+    out.put_slice(&buf[..n]);
 }
 
 #[cfg(test)]
@@ -235,8 +267,11 @@ mod tests {
         assert!(joinable(&plain));
         assert!(!joinable(&gzip));
         assert_eq!(join(&[&plain, &gzip], 0), None);
+        assert!(can_join(&plain, &plain));
+        assert!(!can_join(&plain, &gzip));
         let mut other = plain.to_vec();
         other[PRODUCER_ID + 7] = 8; // producer id 8
+        assert!(!can_join(&plain, &other));
         assert_eq!(join(&[&plain, &Bytes::from(other)], 0), None);
         let mut transactional = plain.to_vec();
         transactional[ATTRIBUTES + 1] = 0x10;
@@ -252,6 +287,7 @@ mod tests {
         let plain = batch(2, 0, 1_700_000_000_000, Compression::None);
         let mut broken = plain.to_vec();
         broken[RECORD_COUNT + 3] = 3; // claims 3 records, holds 2
+        assert!(!can_join(&plain, &broken));
         assert_eq!(join(&[&plain, &Bytes::from(broken)], 0), None);
         for cut in [RECORDS + 1, plain.len() - 3] {
             let mut short = plain[..cut].to_vec();
@@ -280,11 +316,11 @@ mod tests {
             i64::MIN,
             i64::MAX,
         ] {
-            let mut out = Vec::new();
-            put_varint(&mut out, v);
+            let mut out = [0u8; 10];
+            let n = put_varint(&mut out, v);
             let mut pos = 0;
-            assert_eq!(varint(&out, &mut pos), Some(v));
-            assert_eq!(pos, out.len());
+            assert_eq!(varint(&out[..n], &mut pos), Some(v));
+            assert_eq!(pos, n);
         }
     }
 }

@@ -454,6 +454,6 @@ impl Place<'_, '_> {
             .filter(|(_, head)| head.node == broker && head.bytes + records.len() <= limit)
             .min_by_key(|(_, head)| head.bytes)?;
         // Every record readable, timestamps within reach of the head's.
-        join::join(&[&head.records, records], head.seq).map(|_| h)
+        join::can_join(&head.records, records).then_some(h)
     }
 }

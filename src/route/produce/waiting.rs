@@ -266,7 +266,7 @@ fn take_joiners(
             && c.key.epoch == head.key.epoch
             && size + c.records.len() <= limit
             // Every record readable, timestamps within reach of the head's.
-            && join::join(&[records, &c.records], seq).is_some();
+            && join::can_join(records, &c.records);
         if !fits {
             continue;
         }
