@@ -47,7 +47,8 @@
 #     no producer was refused (kroute_idempotent_producers_refused_total), sequence_error_passed
 #     stayed 0, and batches moved (kroute_batches_moved_total) in unequal and slow-broker layouts
 #   - kroute-off: no idempotent outcome moved (renumbered stays 0)
-#   resent / answered_from_memory / busy / sequence_error_hidden are reported per run and case.
+#   resent / answered_from_memory / busy / sequence_error_hidden / waited / joined are reported per
+#   run and case.
 #
 # Environment (defaults in brackets):
 #   BENCH_ROUNDS          rounds [2]

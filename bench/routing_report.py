@@ -61,7 +61,7 @@ FIELDS = [
 # idempotent runs only: kroute_idempotent_batches_total{outcome} deltas of the case's kroute,
 # its kroute_idempotent_producers after the run, producers refused, the producers' retries
 OUTCOMES = ["renumbered", "resent", "answered_from_memory", "busy", "sequence_error_hidden",
-            "sequence_error_passed"]
+            "sequence_error_passed", "waited", "joined"]
 I_FIELDS = OUTCOMES + ["producers_tracked", "producers_refused", "producer_retries"]
 # errors of the idempotence protocol itself: a producer that logs one had its sequence numbers
 # (or producer id) rejected, which kroute's renumbering must never cause
@@ -286,7 +286,8 @@ def record(path, args):
         msg += f" | kroute {upshare[1]:.2f}/{upshare[2]:.2f}/{upshare[3]:.2f} moved {moved:.0f}"
     if idem and mine:
         msg += (f" | renumbered {iextra['renumbered']} resent {iextra['resent']} memory "
-                f"{iextra['answered_from_memory']} busy {iextra['busy']} hidden {iextra['sequence_error_hidden']}")
+                f"{iextra['answered_from_memory']} busy {iextra['busy']} hidden {iextra['sequence_error_hidden']} "
+                f"waited {iextra['waited']} joined {iextra['joined']}")
     if idem and retries:
         msg += " | producer retries " + ", ".join(f"{k} {v}" for k, v in sorted(retries.items()))
     print("bench: " + msg, file=sys.stderr)
@@ -480,7 +481,7 @@ def evidence(rows, meta):
     idem = "renumbered" in (rows[0] if rows else {})
     out = ["**Per run** (brokers' records from end offsets; kroute counters are deltas of the case's own kroute)", ""]
     if idem:
-        out.append("| phase | round | scenario | case | records sent | on brokers b1 / b2 / b3 | kroute Produce bytes | batches moved | kept (reason: batches) | renumbered / resent / from memory / busy / hidden / passed | producer retries | kroute cost ms after |")
+        out.append("| phase | round | scenario | case | records sent | on brokers b1 / b2 / b3 | kroute Produce bytes | batches moved | kept (reason: batches) | renumbered / resent / from memory / busy / hidden / passed / waited / joined | producer retries | kroute cost ms after |")
         out.append("|---|---|---|---|---:|---|---:|---:|---|---|---|---|")
     else:
         out.append("| phase | round | scenario | case | records sent | on brokers b1 / b2 / b3 | kroute Produce bytes | batches moved | kept (reason: batches) | kroute cost ms after |")
@@ -510,9 +511,10 @@ def idempotent_path(summ):
            "rounds; one 10 KiB record per batch, so batches = records; producer retries = the Java "
            "producer's \"retrying ... Error: X\" warnings; the run fails on any duplicate, any "
            "`sequence_error_passed`, and any OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or "
-           "INVALID_PRODUCER_EPOCH in a producer's log)", ""]
-    out.append("| scenario | phase | case | records sent | duplicates | renumbered | resent | answered from memory | busy | sequence_error_hidden | sequence_error_passed | producer retries (error: count) |")
-    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+           "INVALID_PRODUCER_EPOCH in a producer's log; waited = batches that waited in kroute for a "
+           "partition, joined = batches that went out joined behind another one)", ""]
+    out.append("| scenario | phase | case | records sent | duplicates | renumbered | resent | answered from memory | busy | sequence_error_hidden | sequence_error_passed | waited | joined | producer retries (error: count) |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     tot = {}
     for (s, ph), d in summ.items():
         for c in CASES:

@@ -119,6 +119,13 @@ enum State {
     Retry,
 }
 
+impl Assignment {
+    /// Whether it went out joined behind another client batch.
+    fn is_follower(&self) -> bool {
+        self.seq != self.batch_seq
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Assignment {
     epoch: i16,
@@ -142,8 +149,11 @@ struct Assignment {
 struct Lane {
     epoch: i16,
     next: i32,
+    /// Client batches in flight, and waiting for a retry with the same numbers.
     in_flight: u32,
     pending: u32,
+    /// Of those, the ones that went out joined behind another (not a batch of their own).
+    followers: u32,
     /// The first number of a batch the broker refused: everything after it is not appended.
     hole_at: Option<i32>,
     /// The first number of a batch the client gave up on without an answer (it moved to a new
@@ -164,6 +174,7 @@ impl Lane {
             next: 0,
             in_flight: 0,
             pending: 0,
+            followers: 0,
             hole_at: None,
             abandoned_at: None,
             acked_end: None,
@@ -188,13 +199,23 @@ impl Lane {
         }
     }
 
-    fn count(&mut self, state: State, delta: i32) {
+    /// Counts a client batch entering (`delta` 1) or leaving (-1) `state`; `follower` if it
+    /// went out joined behind another one.
+    fn count(&mut self, state: State, follower: bool, delta: i32) {
         let counter = match state {
             State::InFlight => &mut self.in_flight,
             State::Pending => &mut self.pending,
             State::Acked | State::Dead | State::Retry => return,
         };
         *counter = counter.saturating_add_signed(delta);
+        if follower {
+            self.followers = self.followers.saturating_add_signed(delta);
+        }
+    }
+
+    /// Unresolved batches as the broker sees them: a joined batch counts once.
+    fn batches(&self) -> u32 {
+        (self.in_flight + self.pending).saturating_sub(self.followers)
     }
 }
 
@@ -270,7 +291,7 @@ impl Producer {
                     if let Some(lane) = self.lanes.get_mut(&(key.topic.clone(), a.target))
                         && lane.epoch == a.epoch
                     {
-                        lane.count(State::Pending, -1);
+                        lane.count(State::Pending, a.is_follower(), -1);
                         lane.abandoned_at = Some(earliest(lane.abandoned_at, a.batch_seq));
                     }
                     a.state = State::Dead;
@@ -321,8 +342,8 @@ impl Producer {
                 let (target, seq) = (a.target, a.seq);
                 a.state = State::InFlight;
                 if let Some(lane) = self.lanes.get_mut(&(key.topic.clone(), target)) {
-                    lane.count(State::Pending, -1);
-                    lane.count(State::InFlight, 1);
+                    lane.count(State::Pending, false, -1);
+                    lane.count(State::InFlight, false, 1);
                 }
                 Lookup::Resend { target, seq }
             }
@@ -382,7 +403,7 @@ impl Producer {
     pub fn lane_load(&self, topic: &Bytes, target: i32) -> u32 {
         self.lanes
             .get(&(topic.clone(), target))
-            .map_or(0, |lane| lane.in_flight + lane.pending)
+            .map_or(0, Lane::batches)
     }
 
     /// Whether every unresolved batch of `lane` is among its last BROKER_REMEMBERS - 1
@@ -429,7 +450,7 @@ impl Producer {
         }
         let seq = lane.next;
         lane.next = advance(seq, key.records);
-        lane.count(State::InFlight, 1);
+        lane.count(State::InFlight, false, 1);
         lane.numbered.push_back(seq);
         if lane.numbered.len() >= BROKER_REMEMBERS {
             lane.numbered.pop_front();
@@ -487,7 +508,7 @@ impl Producer {
         }
         let lane = self.lanes.get_mut(&tp)?;
         lane.next = advance(seq, key.records);
-        lane.count(State::InFlight, 1);
+        lane.count(State::InFlight, true, 1);
         client.unnumbered.retain(|b| *b != key.base);
         client.recent.push_back(Assignment {
             epoch: key.epoch,
@@ -565,8 +586,9 @@ impl Producer {
             }
         }
         if let Some(lane) = self.lanes.get_mut(&(topic.clone(), target)) {
-            lane.count(State::Pending, -moved);
-            lane.count(State::InFlight, moved);
+            // (Followers stay followers: their count does not change.)
+            lane.count(State::Pending, false, -moved);
+            lane.count(State::InFlight, false, moved);
         }
         members.sort_by_key(|m| m.1);
         members
@@ -660,8 +682,8 @@ impl Producer {
             now = State::Dead;
         }
         if was != now {
-            lane.count(was, -1);
-            lane.count(now, 1);
+            lane.count(was, a.is_follower(), -1);
+            lane.count(now, a.is_follower(), 1);
             a.state = now;
         }
         if now != State::Pending {
@@ -688,7 +710,7 @@ impl Producer {
                     a.state = match a.state {
                         // The client was told to retry it: it comes back, to be renumbered.
                         State::Pending => {
-                            lane.count(State::Pending, -1);
+                            lane.count(State::Pending, a.is_follower(), -1);
                             State::Retry
                         }
                         State::Acked => State::Acked,

@@ -63,6 +63,11 @@ fn check_counters(p: &Producer) {
             count(State::Pending),
             "lane {target}: {lane:?}"
         );
+        let followers = mine
+            .iter()
+            .filter(|a| a.is_follower() && matches!(a.state, State::InFlight | State::Pending))
+            .count() as u32;
+        assert_eq!(lane.followers, followers, "lane {target}: {lane:?}");
     }
     for c in p.clients.values() {
         assert!(c.recent.len() <= REMEMBERED_PER_PARTITION);
@@ -1468,6 +1473,7 @@ fn a_joined_batch_is_numbered_contiguously_and_acknowledged_for_every_member() {
     let (a, b, c) = (key(0, 0, 2, 1), key(1, 0, 0, 3), key(0, 0, 3, 2));
     let seqs = place_joined(&mut p, &a, &[b.clone(), c.clone()], 0);
     assert_eq!(seqs, vec![2, 3, 6]);
+    assert_eq!(p.lane_load(&topic(), 0), 1, "one batch for the broker");
     // A batch numbered meanwhile would break the join: it starts its own broker batch.
     let d = key(2, 0, 0, 1);
     assert_eq!(place(&mut p, &d, 0), 8);
