@@ -202,11 +202,11 @@ fn split_batch(rest: &mut Bytes) -> Result<Bytes, KeepReason> {
     Ok(rest.split_to(total))
 }
 
-fn read_i64(b: &[u8], at: usize) -> Option<i64> {
+pub(super) fn read_i64(b: &[u8], at: usize) -> Option<i64> {
     Some(i64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-fn read_i32(b: &[u8], at: usize) -> Option<i32> {
+pub(super) fn read_i32(b: &[u8], at: usize) -> Option<i32> {
     Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
@@ -304,7 +304,7 @@ fn snappy(region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReason> {
 }
 
 /// Reads a zigzag varint (as used inside records) as i64.
-fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
+pub(super) fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
     let mut raw: u64 = 0;
     for shift in (0..70).step_by(7) {
         let byte = *b.get(*pos)?;

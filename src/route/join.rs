@@ -15,6 +15,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::batch::{read_i32, read_i64, varint};
+
 const BATCH_LENGTH: usize = 8;
 const MAGIC: usize = 16;
 const CRC: usize = 17;
@@ -130,28 +132,6 @@ fn reframe(batch: &[u8], shift: i64, offset: i64, mut out: Option<&mut BytesMut>
 
 fn read_i16(b: &[u8], at: usize) -> Option<i16> {
     Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn read_i32(b: &[u8], at: usize) -> Option<i32> {
-    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn read_i64(b: &[u8], at: usize) -> Option<i64> {
-    Some(i64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// Reads a zigzag varint (as used inside records).
-fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for shift in (0..70).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        raw |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
 }
 
 /// Writes a zigzag varint into `out` (room for 10 bytes); returns its length.

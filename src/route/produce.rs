@@ -283,6 +283,7 @@ pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -
 mod answers;
 mod merge;
 mod place;
+mod request_joins;
 mod sequenced;
 mod waiting;
 

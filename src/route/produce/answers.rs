@@ -36,6 +36,21 @@ pub struct Numbered {
     pub seq: i32,
 }
 
+impl Numbered {
+    /// The members of a joined batch resent on partition `target` of `topic`.
+    pub fn members(topic: &TopicName, target: i32, members: Vec<(BatchKey, i32)>) -> Vec<Self> {
+        members
+            .into_iter()
+            .map(|(key, seq)| Numbered {
+                topic: topic.clone(),
+                key,
+                target,
+                seq,
+            })
+            .collect()
+    }
+}
+
 /// The hook that records a part's answer for its renumbered `batches`, then places the
 /// producer's waiting batches that the answer lets in ([`super::waiting`]).
 pub fn recorder(

@@ -173,15 +173,7 @@ pub fn release(
                 members,
                 records,
             } => {
-                let numbered = members
-                    .into_iter()
-                    .map(|(key, seq)| Numbered {
-                        topic: w.topic.clone(),
-                        key,
-                        target,
-                        seq,
-                    })
-                    .collect();
+                let numbered = Numbered::members(&w.topic, target, members);
                 let batch = (w.topic.clone(), records);
                 let shape = w.shape.clone();
                 let to = AnswerTo::Joined(vec![w.into_joined()]);
