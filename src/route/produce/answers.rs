@@ -281,8 +281,12 @@ mod tests {
             target: 0,
             seq,
         };
-        // One partition answer for both; the first batch's rewrite must not decide the
-        // second's outcome.
+        // A batch numbered behind it keeps the lane from being rewound when both are
+        // resolved, so each member's state is what its own resolution made of it.
+        let _behind = numbered(&mut p, &key(2, 0), 0);
+        // One partition answer for both; the first batch's rewrite (REQUEST_TIMED_OUT, which
+        // would leave the second pending as if the broker might have appended it) must not
+        // decide the second's outcome.
         let refused = answer_for_tests(VERSION, &topic(), &[(0, code::MESSAGE_TOO_LARGE)]);
         let passed = record(&mut p, &metrics, VERSION, &[head.clone(), joiner], refused);
         assert_eq!(errors(&passed), vec![(0, code::REQUEST_TIMED_OUT)]);
