@@ -9,6 +9,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the tests need beyond the README's tools is set up here, so this command works on a fresh
+# machine by itself: librdkafka (built by the rdkafka dev-dependency) needs pkg-config and zlib;
+# the Python clients run in a pinned virtualenv; Kafka's jars come from Maven Central.
+need=()
+for pkg in pkg-config zlib1g-dev openssl; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} (apt-get)" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+tests/python/setup.sh
+scripts/cluster.sh lib >/dev/null
+
 started_here=0
 # The status is captured first: `status | grep -q` under pipefail fails whenever grep's early exit
 # kills the status script with SIGPIPE, which restarted a perfectly good cluster.

@@ -295,6 +295,8 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 
 /// Output of one Java client run (or of a Go client's, which prints the same lines).
 pub struct JavaRun {
+    /// Which client ran ("java", "franz-go", "kafka-python"), named when it fails.
+    pub client: &'static str,
     pub ok: bool,
     pub lines: Vec<String>,
     pub stderr: String,
@@ -331,7 +333,8 @@ impl JavaRun {
     pub fn assert_ok(&self) {
         assert!(
             self.ok,
-            "java client failed:\n{}\n--- stderr ---\n{}",
+            "{} client failed:\n{}\n--- stderr ---\n{}",
+            self.client,
             self.lines
                 .iter()
                 .rev()
@@ -346,7 +349,11 @@ impl JavaRun {
     pub fn count(&self, key: &str) -> usize {
         self.value(key)
             .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key}= in java output:\n{}", self.lines.join("\n")))
+            .unwrap_or_else(|| panic!(
+                "no {key}= in {} output:\n{}",
+                self.client,
+                self.lines.join("\n")
+            ))
     }
 }
 
@@ -392,6 +399,7 @@ pub fn java(args: &[&str]) -> JavaRun {
         .expect("run java client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     JavaRun {
+        client: "java",
         ok: out.status.success(),
         lines: stdout.lines().map(str::to_string).collect(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -13,6 +13,7 @@ use super::{JavaRun, repo_root};
 /// franz-go: `count` 1 KiB records, at most `per_second` a second, ids `<prefix><n>`.
 pub fn franz(bootstrap: &str, topic: &str, count: u32, per_second: u32, prefix: &str) -> JavaRun {
     run(
+        "franz-go",
         Command::new(repo_root().join("target/go/franz-producer")),
         (bootstrap, topic, count, per_second, prefix),
     )
@@ -26,12 +27,14 @@ pub fn kafka_python(
     per_second: u32,
     prefix: &str,
 ) -> JavaRun {
-    let mut command = Command::new("python3");
+    // The pinned virtualenv scripts/test.sh sets up (tests/python/setup.sh).
+    let mut command = Command::new(repo_root().join("target/python/bin/python3"));
     command.arg(repo_root().join("tests/python/producer.py"));
-    run(command, (bootstrap, topic, count, per_second, prefix))
+    run("kafka-python", command, (bootstrap, topic, count, per_second, prefix))
 }
 
 fn run(
+    client: &'static str,
     mut command: Command,
     (bootstrap, topic, count, per_second, prefix): (&str, &str, u32, u32, &str),
 ) -> JavaRun {
@@ -52,8 +55,9 @@ fn run(
         ])
         .args(["--size", "1024"])
         .output()
-        .unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+        .unwrap_or_else(|e| panic!("{client} client: cannot run {command:?}: {e}"));
     JavaRun {
+        client,
         ok: out.status.success(),
         lines: String::from_utf8_lossy(&out.stdout)
             .lines()
