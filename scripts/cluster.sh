@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Local Apache Kafka test cluster for kroute: 1 KRaft controller + 3 brokers on 127.0.0.1.
 #
-#   scripts/cluster.sh start [--relayed|--direct]
+#   scripts/cluster.sh start [--relayed|--direct] [--secured]
 #                                            format (if fresh) + start all nodes, wait until the 3
 #                                            brokers are registered; last stdout line = bootstrap.
 #                                            Mode (see below): the flag, else $KROUTE_CLUSTER_MODE,
-#                                            else direct; a (partly) running cluster keeps its mode
+#                                            else direct; a (partly) running cluster keeps its mode.
+#                                            --secured (or $KROUTE_CLUSTER_SECURED=1): also the TLS
+#                                            and SASL listeners (see "Secured" below); a (partly)
+#                                            running cluster keeps whether it is secured, and
+#                                            `start --secured` fails on one running without it
 #   scripts/cluster.sh stop [--keep-data]    SIGTERM all nodes and relays (SIGKILL after a grace
-#                                            period); removes data, mode and delays unless --keep-data
-#   scripts/cluster.sh status                "mode M", then one line per node (and per relay);
-#                                            exit 0 iff all 4 nodes (and in relayed mode 3 relays) run
+#                                            period); removes data, mode, secured flag and delays
+#                                            unless --keep-data (<state>/pki is kept: reused)
+#   scripts/cluster.sh status                "mode M", "secured yes|no", then one line per node (and
+#                                            per relay); exit 0 iff all 4 nodes (and in relayed mode
+#                                            3 relays, each relaying all of its broker's listeners) run
+#   scripts/cluster.sh secured               secured mode: key=value lines (files, addresses; see
+#                                            "Secured" below); exit 1 if the cluster is not secured
 #   scripts/cluster.sh bootstrap             the addresses clients use: direct mode
 #                                            127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094, relayed
 #                                            127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
@@ -29,7 +37,8 @@
 #                                            SIGKILL broker N (1..3); --wait-fenced also waits
 #                                            (~6s) until the controller fenced it
 #   scripts/cluster.sh start-broker N        restart broker N on its data (and its relay if it is
-#                                            gone, relayed mode), wait until registered
+#                                            gone, relayed mode) in the cluster's mode (and secured
+#                                            flag), wait until registered
 #   scripts/cluster.sh elect-leaders [TOPIC] preferred leader election (auto rebalance is off, so
 #                                            leaders stay where failover put them until this)
 #   scripts/cluster.sh lib                   fetch (once) and print the Kafka jar dir:
@@ -51,14 +60,54 @@
 #            ms in <state>/delay/brokerN (`delay N MS`; re-read every 100 ms). Relays are started
 #            before the brokers, stopped by stop, restarted by start-broker, and survive
 #            kill-broker (new connections to a killed broker just fail). Logs: <state>/logs/relayN.log.
-#            The controller (19091) is not relayed.
+#            The controller (19091) is not relayed. In secured mode the same relay process (one
+#            per broker, one delay file) also relays each secured listener of its broker, from
+#            the listener's port + 1000 (TLS passes through: the relay only moves bytes), and the
+#            broker advertises those relay ports too; so `delay N MS` and `cut N` act on every
+#            listener of broker N.
+#
+# Secured (persisted in <state>/secured as yes|no by start, like the mode): each broker N (1..3)
+# keeps PLAINTEXT (1909(1+N)), the controller listener and PLAINTEXT inter-broker traffic as
+# above, and adds these listeners (port; relay port in relayed mode = port + 1000):
+#   SSL             19300+N (20300+N)  TLS, server certificate only
+#   MTLS            19310+N (20310+N)  TLS, client certificate required (ssl.client.auth=required;
+#                                      principal User:CN=<cert CN>, e.g. User:CN=kroute)
+#   SASL_PLAINTEXT  19320+N (20320+N)  SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+#   SASL_SSL        19330+N (20330+N)  the same mechanisms over TLS
+#   REAUTH          19340+N (20340+N)  SASL_SSL with connections.max.reauth.ms=10000 (KIP-368)
+# Users (PLAIN via JAAS; SCRAM-SHA-256 and -512 created when the controller is formatted):
+# alice/alice-secret, bob/bob-secret, kroute/kroute-secret, admin/admin-secret.
+# Authorization (brokers and controller): StandardAuthorizer, allow.everyone.if.no.acl.found=true,
+# super.users User:ANONYMOUS (PLAINTEXT clients), User:kroute, User:admin, User:CN=kroute. After
+# the first start on fresh data, start adds one ACL: User:alice may Write, Describe and Create
+# topics with the prefix "acl-". So acl-* topics are closed to every other non-super principal
+# (bob gets TOPIC_AUTHORIZATION_FAILED from a non-idempotent produce; an idempotent producer is
+# refused earlier), all other topics and cluster operations stay open to everyone.
+# PKI: made with openssl in <state>/pki on the first secured start, then reused (delete the dir
+# to regenerate). RSA 2048, keys PKCS#8 PEM without password, v3 certificates valid 10 years:
+#   ca.pem ca.key                  test CA (CA:TRUE)
+#   broker.pem broker.key          the brokers' certificate (CN=localhost, SAN IP:127.0.0.1 and
+#                                  DNS:localhost); broker-keystore.pem = key + cert + CA, served
+#                                  with ssl.keystore.type=PEM; ca.pem is the brokers' trust store
+#   kroute.pem kroute.key          client certificate CN=kroute (kroute-keystore.pem = key + cert)
+#   alice.pem alice.key            client certificate CN=alice (alice-keystore.pem = key + cert)
+#   expired.pem expired.key        like broker.pem, signed by the test CA, valid only 2020-01-01
+#                                  to 2020-01-02 (not served; for negative tests)
+#   unknown-ca.pem unknown-ca.key  a second CA nobody trusts
+#   unknown-broker.pem/.key        like broker.pem, signed by the unknown CA (not served)
+# `secured` prints (one per line, paths absolute, addresses the advertised ones, i.e. the relay
+# ports in relayed mode): ca= unknown_ca= broker_cert= broker_key= kroute_cert= kroute_key=
+# kroute_keystore= alice_cert= alice_key= alice_keystore= expired_cert= expired_key=
+# unknown_ca_cert= unknown_ca_key= (the unknown CA's broker certificate and key), then
+# plaintext= ssl= mtls= sasl_plaintext= sasl_ssl= reauth= each as 127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3.
 #
 # Environment:
 #   KROUTE_KAFKA_VERSION  Apache Kafka version from Maven Central (default 4.1.2)
 #   KROUTE_CACHE          jar dir (default $HOME/.cache/kroute/kafka-lib-<version>)
-#   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, mode
+#   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, pki/, mode, secured
 #                         (default <repo>/target/cluster)
 #   KROUTE_CLUSTER_MODE   direct or relayed: the mode `start` uses when given no flag
+#   KROUTE_CLUSTER_SECURED  1 or yes: `start` behaves as with --secured
 #   KROUTE_DELAY_RELAY    delay_relay binary (default <target dir>/release/delay_relay)
 #   KROUTE_START_TIMEOUT  seconds to wait for the brokers in start/start-broker (default 90)
 #   JAVA                  java binary (Java 17+; default: java)
@@ -80,6 +129,8 @@ BROKERS=(1 2 3)
 DIRECT_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
 RELAYED_BOOTSTRAP=127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
 MODE_FILE=$STATE/mode
+SECURED_FILE=$STATE/secured
+PKI=$STATE/pki
 RELAY_BIN=${KROUTE_DELAY_RELAY:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/delay_relay}
 
 valid_mode() { [ "$1" = direct ] || [ "$1" = relayed ]; }
@@ -93,6 +144,18 @@ set_mode() { # MODE: the addresses clients use (advertised) depend on it
   if [ "$MODE" = relayed ]; then BOOTSTRAP=$RELAYED_BOOTSTRAP; else BOOTSTRAP=$DIRECT_BOOTSTRAP; fi
 }
 set_mode "$MODE"
+# secured listeners (start --secured): name, security protocol, base port (broker N: base + N; its
+# relay: base + N + RELAY_OFFSET) and the key of its address list in `cluster.sh secured`
+SEC_NAMES=(SSL MTLS SASL_PLAINTEXT SASL_SSL REAUTH)
+SEC_PROTOCOLS=(SSL SSL SASL_PLAINTEXT SASL_SSL SASL_SSL)
+SEC_BASES=(19300 19310 19320 19330 19340)
+SEC_KEYS=(ssl mtls sasl_plaintext sasl_ssl reauth)
+RELAY_OFFSET=1000
+SASL_USERS=(alice bob kroute admin)   # password: NAME-secret
+SECURED=$(cat "$SECURED_FILE" 2>/dev/null || true)
+SECURED=${SECURED:-no}
+[ "$SECURED" = yes ] || [ "$SECURED" = no ] ||
+  { echo "cluster.sh: $SECURED_FILE must say yes or no (got '$SECURED')" >&2; exit 2; }
 
 BROKER_JVM_OPTS=(-Xms128m -Xmx512m -XX:+UseSerialGC -XX:MaxDirectMemorySize=256m
   -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
@@ -113,6 +176,27 @@ node_log() { echo "$STATE/logs/node$1.log"; }
 all_nodes() { echo "$CONTROLLER_ID" "${BROKERS[@]}"; }
 relay_port() { echo $((19191 + $1)); }   # broker N's delay_relay (relayed mode): 19192..19194
 advertised_port() { if [ "$MODE" = relayed ]; then relay_port "$1"; else node_port "$1"; fi; }
+sec_port() { echo $((SEC_BASES[$1] + $2)); }  # SECURED_LISTENER_INDEX BROKER
+sec_advertised_port() { # SECURED_LISTENER_INDEX BROKER
+  if [ "$MODE" = relayed ]; then echo $((SEC_BASES[$1] + $2 + RELAY_OFFSET)); else sec_port "$1" "$2"; fi
+}
+node_ports() { # NODE: every port the node listens on
+  node_port "$1"
+  if [ "$SECURED" = yes ] && [ "$1" != "$CONTROLLER_ID" ]; then
+    local i; for i in "${!SEC_NAMES[@]}"; do sec_port "$i" "$1"; done
+  fi
+}
+relay_pairs() { # N: "LISTEN_PORT TARGET_PORT" lines of broker N's relay (all its listeners)
+  echo "$(relay_port "$1") $(node_port "$1")"
+  if [ "$SECURED" = yes ]; then
+    local i p; for i in "${!SEC_NAMES[@]}"; do p=$(sec_port "$i" "$1"); echo "$((p + RELAY_OFFSET)) $p"; done
+  fi
+}
+sec_bootstrap() { # SECURED_LISTENER_INDEX: the advertised addresses of that listener, all brokers
+  local b out=
+  for b in "${BROKERS[@]}"; do out+=${out:+,}$HOST:$(sec_advertised_port "$1" "$b"); done
+  echo "$out"
+}
 
 # ---------------------------------------------------------------------------------------------
 # jars
@@ -163,23 +247,35 @@ lock_state() {
   flock -w 300 9 || die "another cluster.sh holds $STATE/.lock"
 }
 
+cmdline() { # PID: its command line, arguments separated (and ended) by spaces; empty if gone
+  tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true
+}
+
 node_pid() { # prints the pid if node N runs (the pid file points at a JVM running N's config)
-  local f pid=; f=$(node_pidfile "$1")
+  local f pid= c cmd; f=$(node_pidfile "$1")
   if [ -f "$f" ]; then
     pid=$(cat "$f" 2>/dev/null) || return 1
   else
     # pid file lost (e.g. target/ wiped while running): look for a JVM running exactly N's config
-    local c
     for c in $(grep -lF -- "$(node_conf "$1")" /proc/[0-9]*/cmdline 2>/dev/null || true); do
-      tr '\0' ' ' <"$c" 2>/dev/null | grep -qF -- " kafka.Kafka " && { pid=$(cut -d/ -f3 <<<"$c"); break; }
+      cmd=$(tr '\0' ' ' <"$c" 2>/dev/null || true)
+      [[ $cmd == *" kafka.Kafka "* ]] && { pid=$(cut -d/ -f3 <<<"$c"); break; }
     done
   fi
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " kafka.Kafka " || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$(node_conf "$1")" || return 1
+  [ -n "$pid" ] || return 1
+  # (captured, not piped into grep -q: under pipefail an early grep exit could fail the check)
+  cmd=$(cmdline "$pid")
+  [[ $cmd == *" kafka.Kafka "* && $cmd == *"$(node_conf "$1")"* ]] || return 1
   # a zombie (killed, not yet reaped) counts as dead
   [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
   echo "$pid"
+}
+
+node_gone() { # N: node N's process has really exited. Not the same as `! node_pid N`, which is
+  # also false for a process that is alive but not (yet) recognisable as node N
+  node_pid "$1" >/dev/null && return 1
+  local pid; pid=$(cat "$(node_pidfile "$1")" 2>/dev/null || true)
+  [ -z "$pid" ] || pid_gone "$pid"
 }
 
 port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
@@ -194,29 +290,69 @@ wait_pid_gone() { # PID SECONDS
   while ! pid_gone "$1"; do [ "$SECONDS" -lt "$deadline" ] || return 1; sleep 0.1; done
 }
 
+wait_exec() { # PID WORD SECONDS: wait until the process has exec'ed its program, i.e. its command
+  # line contains WORD. Right after `setsid PROG ... &`, $! is still a forked bash subshell whose
+  # command line is this script's (on a loaded machine for a while): checks of the command line
+  # made then would call a starting process dead. Returns 1 if it exited, 2 on timeout.
+  local deadline=$((SECONDS + $3)) cmd
+  while :; do
+    pid_gone "$1" && return 1
+    cmd=$(cmdline "$1")
+    [[ $cmd == *"$2"* ]] && return 0
+    [ "$SECONDS" -lt "$deadline" ] || return 2
+    sleep 0.05
+  done
+}
+
 render_conf() { # NODE
-  local n=$1 tmpl=broker.properties
+  local n=$1 tmpl=broker.properties listeners= advertised= map= users= secured i u
   [ "$n" = "$CONTROLLER_ID" ] && tmpl=controller.properties
+  if [ "$SECURED" = yes ]; then
+    secured=(-e 's#^@SECURED@##')
+    if [ "$n" != "$CONTROLLER_ID" ]; then
+      for i in "${!SEC_NAMES[@]}"; do
+        listeners+=",${SEC_NAMES[$i]}://$HOST:$(sec_port "$i" "$n")"
+        advertised+=",${SEC_NAMES[$i]}://$HOST:$(sec_advertised_port "$i" "$n")"
+        map+=",${SEC_NAMES[$i]}:${SEC_PROTOCOLS[$i]}"
+      done
+      for u in "${SASL_USERS[@]}"; do users+="${users:+ }user_$u=\"$u-secret\""; done
+    fi
+  else
+    secured=(-e '/^@SECURED@/d')
+  fi
   mkdir -p "$STATE/config"
-  sed -e "s#@NODE_ID@#$n#g" -e "s#@PORT@#$(node_port "$n")#g" -e "s#@LOG_DIR@#$STATE/data/node$n#g" \
+  sed "${secured[@]}" \
+      -e "s#@NODE_ID@#$n#g" -e "s#@PORT@#$(node_port "$n")#g" -e "s#@LOG_DIR@#$STATE/data/node$n#g" \
       -e "s#@ADVERTISED_PORT@#$(advertised_port "$n")#g" \
       -e "s#@CONTROLLER_ID@#$CONTROLLER_ID#g" -e "s#@CONTROLLER@#$HOST:$CONTROLLER_PORT#g" \
+      -e "s#@SECURED_LISTENERS@#$listeners#g" -e "s#@SECURED_ADVERTISED@#$advertised#g" \
+      -e "s#@SECURED_PROTOCOL_MAP@#$map#g" -e "s#@PKI_DIR@#$PKI#g" -e "s#@PLAIN_USERS@#$users#g" \
       "$KAFKA_CONF_DIR/$tmpl" >"$(node_conf "$n")"
 }
 
 format_node() { # NODE CLUSTER_ID
-  local n=$1
+  local n=$1 scram=() u m
   [ -f "$STATE/data/node$n/meta.properties" ] && return 0
+  # secured: the SCRAM users go into the bootstrap metadata of the controller (the only voter:
+  # the one that starts the metadata log, so the only one whose bootstrap records count)
+  if [ "$SECURED" = yes ] && [ "$n" = "$CONTROLLER_ID" ]; then
+    for u in "${SASL_USERS[@]}"; do
+      for m in SCRAM-SHA-256 SCRAM-SHA-512; do scram+=(--add-scram "$m=[name=$u,password=$u-secret]"); done
+    done
+  fi
   run_tool kafka.tools.StorageTool format "--cluster-id=$2" -c "$(node_conf "$n")" --ignore-formatted \
-    >"$STATE/logs/format-node$n.log" 2>&1 ||
+    "${scram[@]}" >"$STATE/logs/format-node$n.log" 2>&1 ||
     { cat "$STATE/logs/format-node$n.log" >&2; die "formatting node $n failed"; }
+  if [ ${#scram[@]} -gt 0 ]; then touch "$STATE/data/node$n/kroute-scram-users"; fi
 }
 
-ensure_port_free() { # NODE
-  local port deadline=$((SECONDS + 10)); port=$(node_port "$1")
-  while port_busy "$port"; do  # e.g. a just-stopped process still closing its sockets
-    [ "$SECONDS" -lt "$deadline" ] || die "port $port is in use by another process (not node $1 of $STATE)"
-    sleep 0.2
+ensure_port_free() { # NODE: all of the node's ports
+  local port deadline=$((SECONDS + 10))
+  for port in $(node_ports "$1"); do
+    while port_busy "$port"; do  # e.g. a just-stopped process still closing its sockets
+      [ "$SECONDS" -lt "$deadline" ] || die "port $port is in use by another process (not node $1 of $STATE)"
+      sleep 0.2
+    done
   done
 }
 
@@ -230,27 +366,45 @@ launch_node() { # NODE
   setsid "$JAVA" "${opts[@]}" -cp "$LIB/*" kafka.Kafka "$(node_conf "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$(node_pidfile "$n")"
+  # node_pid recognises the node by its command line: wait until the child has exec'ed
+  local rc=0
+  wait_exec "$pid" " kafka.Kafka " 60 || rc=$?
+  case $rc in
+    0) ;;
+    1) tail -n 25 "$log" >&2 2>/dev/null || true; die "node $n (pid $pid) exited right after its launch" ;;
+    *) die "node $n (pid $pid) did not exec java within 60s" ;;
+  esac
 }
 
 # delay relays (relayed mode): one delay_relay process per broker, 127.0.0.1:1919N -> :1909N
+# (secured: plus one --listen/--target pair per secured listener, port + 1000 -> port)
 
 relay_pidfile() { echo "$STATE/pids/relay$1.pid"; }
 relay_log() { echo "$STATE/logs/relay$1.log"; }
 delay_file() { echo "$STATE/delay/broker$1"; }
 
 relay_pid() { # prints the pid if broker N's relay (of this state dir) runs
-  local f pid= c; f=$(relay_pidfile "$1")
+  local f pid= c cmd; f=$(relay_pidfile "$1")
   if [ -f "$f" ]; then
     pid=$(cat "$f" 2>/dev/null) || return 1
   else
     for c in $(grep -lF -- "$(delay_file "$1")" /proc/[0-9]*/cmdline 2>/dev/null || true); do
-      tr '\0' ' ' <"$c" 2>/dev/null | grep -qF -- "delay_relay " && { pid=$(cut -d/ -f3 <<<"$c"); break; }
+      cmd=$(tr '\0' ' ' <"$c" 2>/dev/null || true)
+      [[ $cmd == *"delay_relay "* ]] && { pid=$(cut -d/ -f3 <<<"$c"); break; }
     done
   fi
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " --delay-file $(delay_file "$1")" || return 1
+  [ -n "$pid" ] || return 1
+  cmd=$(cmdline "$pid")
+  [[ $cmd == *" --delay-file $(delay_file "$1") "* ]] || return 1
   [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
   echo "$pid"
+}
+
+relay_complete() { # N PID: the running relay relays every listener broker N has in this mode
+  local cmd l t; cmd=$(cmdline "$2")
+  while read -r l t; do
+    [[ $cmd == *" --listen $HOST:$l --target $HOST:$t "* ]] || return 1
+  done < <(relay_pairs "$1")
 }
 
 ensure_relay_bin() { # build target/release/delay_relay if missing or older than its source
@@ -266,14 +420,23 @@ ensure_relay_bin() { # build target/release/delay_relay if missing or older than
   [ -x "$RELAY_BIN" ] || die "$RELAY_BIN missing after cargo build (KROUTE_DELAY_RELAY overrides the path)"
 }
 
-start_relay() { # N: start broker N's relay unless it runs; keeps the delay file
-  local n=$1 port log pid deadline
-  relay_pid "$n" >/dev/null && return 0
-  port=$(relay_port "$n")
+start_relay() { # N: start broker N's relay unless it runs (with all pairs); keeps the delay file
+  local n=$1 port log pid deadline l t args=() ports=()
+  if pid=$(relay_pid "$n"); then
+    relay_complete "$n" "$pid" && return 0
+    # e.g. left over from an unsecured run: lacks the secured listeners' pairs
+    say "relay $n (pid $pid) does not relay all listeners of broker $n: restarting it"
+    stop_relay "$n"
+  fi
+  while read -r l t; do
+    args+=(--listen "$HOST:$l" --target "$HOST:$t"); ports+=("$l")
+  done < <(relay_pairs "$n")
   deadline=$((SECONDS + 10))
-  while port_busy "$port"; do
-    [ "$SECONDS" -lt "$deadline" ] || die "port $port is in use by another process (not relay $n of $STATE)"
-    sleep 0.2
+  for port in "${ports[@]}"; do
+    while port_busy "$port"; do
+      [ "$SECONDS" -lt "$deadline" ] || die "port $port is in use by another process (not relay $n of $STATE)"
+      sleep 0.2
+    done
   done
   mkdir -p "$STATE/delay" "$STATE/logs" "$STATE/pids"
   [ -f "$(delay_file "$n")" ] || echo 0 >"$(delay_file "$n")"
@@ -283,28 +446,37 @@ start_relay() { # N: start broker N's relay unless it runs; keeps the delay file
   # machine (2 cores, 4 JVMs + clients) the relays should not be the ones waiting for a CPU
   local prio=()
   nice -n -10 true 2>/dev/null && prio=(nice -n -10)
-  setsid "${prio[@]}" "$RELAY_BIN" --listen "$HOST:$port" --target "$HOST:$(node_port "$n")" \
+  # (the trailing space in the pattern below lets relay_pid/relay_complete match the last argument)
+  setsid "${prio[@]}" "$RELAY_BIN" "${args[@]}" \
     --delay-file "$(delay_file "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$(relay_pidfile "$n")"
-  # listening before the broker advertises it
+  # listening (on every port) before the broker advertises it
   deadline=$((SECONDS + 10))
-  until port_busy "$port"; do
-    pid_gone "$pid" && { cat "$log" >&2; die "relay $n exited during startup"; }
-    [ "$SECONDS" -lt "$deadline" ] || { cat "$log" >&2; die "relay $n not listening on $port after 10s"; }
-    sleep 0.05
+  local rc=0
+  wait_exec "$pid" "delay_relay " 60 || rc=$?
+  [ $rc != 1 ] || { cat "$log" >&2; die "relay $n exited during startup"; }
+  for port in "${ports[@]}"; do
+    until port_busy "$port"; do
+      pid_gone "$pid" && { cat "$log" >&2; die "relay $n exited during startup"; }
+      [ "$SECONDS" -lt "$deadline" ] || { cat "$log" >&2; die "relay $n not listening on $port after 10s"; }
+      sleep 0.05
+    done
   done
 }
 
+stop_relay() { # N: SIGTERM broker N's relay (SIGKILL if it lingers)
+  local pid
+  if pid=$(relay_pid "$1"); then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait_pid_gone "$pid" 5 || { kill -KILL "$pid" 2>/dev/null || true; wait_pid_gone "$pid" 5 || true; }
+  fi
+  rm -f "$(relay_pidfile "$1")"
+}
+
 stop_relays() { # SIGTERM every relay of this state dir (also in direct mode: leftovers)
-  local n pid
-  for n in "${BROKERS[@]}"; do
-    if pid=$(relay_pid "$n"); then
-      kill -TERM "$pid" 2>/dev/null || true
-      wait_pid_gone "$pid" 5 || { kill -KILL "$pid" 2>/dev/null || true; wait_pid_gone "$pid" 5 || true; }
-    fi
-    rm -f "$(relay_pidfile "$n")"
-  done
+  local n
+  for n in "${BROKERS[@]}"; do stop_relay "$n"; done
 }
 
 broker_versions() { # BOOTSTRAP: one line per broker in the metadata (fenced brokers are absent):
@@ -332,7 +504,7 @@ log_tails() {
 wait_started() { # NODE DEADLINE: the node's own log says its startup finished
   local n=$1 deadline=$2
   until grep -q "Kafka Server started" "$(node_log "$n")" 2>/dev/null; do
-    node_pid "$n" >/dev/null || { log_tails; die "node $n exited during startup"; }
+    ! node_gone "$n" || { log_tails; die "node $n exited during startup"; }
     [ "$SECONDS" -lt "$deadline" ] || { log_tails; die "node $n did not start within ${START_TIMEOUT}s"; }
     sleep 0.3
   done
@@ -345,42 +517,149 @@ wait_registered() { # DEADLINE BROKER...: metadata lists all given brokers and e
     up=" $(brokers_up) "; ok=1
     for b in "$@"; do [[ $up == *" $b "* ]] || ok=0; done
     [ $ok = 1 ] && return 0
-    for b in $(all_nodes); do node_pid "$b" >/dev/null || { log_tails; die "node $b is not running"; }; done
+    for b in $(all_nodes); do ! node_gone "$b" || { log_tails; die "node $b is not running"; }; done
     [ "$SECONDS" -lt "$deadline" ] || { log_tails; die "brokers $* not all registered within ${START_TIMEOUT}s (up:${up% })"; }
     sleep 0.5
   done
 }
 
 # ---------------------------------------------------------------------------------------------
+# secured mode: PKI and ACLs
+
+ensure_pki() { # <state>/pki (see "Secured" in the header): made once, then reused
+  [ -f "$PKI/.complete" ] && return 0
+  command -v openssl >/dev/null || die "openssl not found (needed once to make the test PKI in $PKI)"
+  say "making the test PKI in $PKI (openssl)"
+  local tmp; tmp=$(mktemp -d "$STATE/pki.tmp.XXXXXX")
+  cat >"$tmp/openssl.cnf" <<'CNF'
+# made by scripts/cluster.sh; paths are relative to the PKI dir (only used while it is made)
+[req]
+distinguished_name = req_dn
+prompt = no
+[req_dn]
+[ca_ext]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server_ext]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client_ext]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+# `openssl ca` (only for expired.pem: `req -x509` cannot backdate)
+[ca]
+default_ca = test_ca
+[test_ca]
+database = ca-index.txt
+new_certs_dir = ca-newcerts
+certificate = ca.pem
+private_key = ca.key
+rand_serial = yes
+default_md = sha256
+policy = policy_any
+unique_subject = no
+email_in_dn = no
+copy_extensions = none
+[policy_any]
+commonName = supplied
+CNF
+  if ! (
+    set -e
+    cd "$tmp"
+    mkdir ca-newcerts; : >ca-index.txt
+    ossl() { openssl "$@" -config openssl.cnf >>openssl.log 2>&1 || { echo "failed: openssl $*" >>openssl.log; return 1; }; }
+    new=(-newkey rsa:2048 -noenc -days 3650)   # -noenc: PKCS#8 "BEGIN PRIVATE KEY", no password
+    ossl req -x509 "${new[@]}" -extensions ca_ext -subj "/CN=kroute test CA" -keyout ca.key -out ca.pem
+    ossl req -x509 "${new[@]}" -extensions server_ext -CA ca.pem -CAkey ca.key -subj /CN=localhost \
+      -keyout broker.key -out broker.pem
+    ossl req -x509 "${new[@]}" -extensions client_ext -CA ca.pem -CAkey ca.key -subj /CN=kroute \
+      -keyout kroute.key -out kroute.pem
+    ossl req -x509 "${new[@]}" -extensions client_ext -CA ca.pem -CAkey ca.key -subj /CN=alice \
+      -keyout alice.key -out alice.pem
+    ossl req -new -newkey rsa:2048 -noenc -subj /CN=localhost -keyout expired.key -out expired.csr
+    ossl ca -batch -notext -extensions server_ext -startdate 20200101000000Z -enddate 20200102000000Z \
+      -in expired.csr -out expired.pem
+    ossl req -x509 "${new[@]}" -extensions ca_ext -subj "/CN=kroute unknown test CA" \
+      -keyout unknown-ca.key -out unknown-ca.pem
+    ossl req -x509 "${new[@]}" -extensions server_ext -CA unknown-ca.pem -CAkey unknown-ca.key \
+      -subj /CN=localhost -keyout unknown-broker.key -out unknown-broker.pem
+    cat broker.key broker.pem ca.pem >broker-keystore.pem
+    cat kroute.key kroute.pem >kroute-keystore.pem
+    cat alice.key alice.pem >alice-keystore.pem
+    rm -rf expired.csr ca-newcerts ca-index.txt* openssl.log
+    touch .complete
+  ); then
+    cat "$tmp/openssl.log" >&2 2>/dev/null || true
+    rm -rf "$tmp"
+    die "making the test PKI failed"
+  fi
+  rm -rf "$PKI"
+  mv "$tmp" "$PKI"
+}
+
+create_acls() { # once per data dir: alice may Write, Describe, Create topics prefixed acl-
+  local marker=$STATE/data/kroute-acls
+  [ -f "$marker" ] && return 0
+  run_tool org.apache.kafka.tools.AclCommand --bootstrap-server "$BOOTSTRAP" --add \
+    --allow-principal User:alice --operation Write --operation Describe --operation Create \
+    --topic acl- --resource-pattern-type prefixed >"$STATE/logs/acls.log" 2>&1 ||
+    { cat "$STATE/logs/acls.log" >&2; die "creating the ACLs failed"; }
+  touch "$marker"
+}
+
+# ---------------------------------------------------------------------------------------------
 # commands
 
 cmd_start() {
-  local want=${KROUTE_CLUSTER_MODE:-}
-  case "${1:-}" in --relayed) want=relayed ;; --direct) want=direct ;; "") ;;
-    *) die "usage: start [--relayed|--direct]" ;; esac
+  local want=${KROUTE_CLUSTER_MODE:-} want_secured=no arg
+  case "${KROUTE_CLUSTER_SECURED:-}" in 1|yes|true) want_secured=yes ;; ""|0|no|false) ;;
+    *) die "KROUTE_CLUSTER_SECURED must be 1 or 0 (got '$KROUTE_CLUSTER_SECURED')" ;; esac
+  for arg in "$@"; do
+    case "$arg" in --relayed) want=relayed ;; --direct) want=direct ;; --secured) want_secured=yes ;;
+      *) die "usage: start [--relayed|--direct] [--secured]" ;; esac
+  done
   [ -z "$want" ] || valid_mode "$want" || die "KROUTE_CLUSTER_MODE must be direct or relayed (got '$want')"
   ensure_lib
   lock_state
   local n missing=() cid running=0
   for n in $(all_nodes); do if node_pid "$n" >/dev/null; then running=1; else missing+=("$n"); fi; done
   if [ $running = 1 ]; then
-    # (partly) running: keep its mode
+    # (partly) running: keep its mode and secured flag (secured only adds listeners and users:
+    # whoever did not ask for it can use a secured cluster as well)
     [ -z "$want" ] || [ "$want" = "$MODE" ] || die "the cluster runs in $MODE mode; stop it before starting it $want"
+    [ "$want_secured" = no ] || [ "$SECURED" = yes ] ||
+      die "the cluster runs without --secured; stop it before starting it --secured"
   else
     set_mode "${want:-direct}"
+    SECURED=$want_secured
+    if [ "$SECURED" = yes ] && [ -f "$STATE/data/node$CONTROLLER_ID/meta.properties" ] &&
+        [ ! -f "$STATE/data/node$CONTROLLER_ID/kroute-scram-users" ]; then
+      die "the data in $STATE/data was formatted without --secured (no SCRAM users): stop (without --keep-data) first"
+    fi
     mkdir -p "$STATE"
     echo "$MODE" >"$MODE_FILE"
+    echo "$SECURED" >"$SECURED_FILE"
     rm -rf "$STATE/delay"   # a fresh start has no delays
   fi
+  [ "$SECURED" = no ] || ensure_pki
   if [ "$MODE" = relayed ]; then
     ensure_relay_bin
     # before the brokers: they advertise the relays, and replica fetchers connect through them
     for n in "${BROKERS[@]}"; do start_relay "$n"; done
   fi
   if [ ${#missing[@]} -eq 0 ]; then
-    say "cluster already running ($MODE mode)"
+    say "cluster already running ($MODE mode$([ "$SECURED" = no ] || echo ", secured"))"
     # it may still be starting (e.g. an earlier start timed out): wait for the brokers anyway
     wait_registered $((SECONDS + START_TIMEOUT)) "${BROKERS[@]}"
+    [ "$SECURED" = no ] || create_acls
     echo "$BOOTSTRAP"; return 0
   fi
   mkdir -p "$STATE/data" "$STATE/logs" "$STATE/pids"
@@ -403,7 +682,8 @@ cmd_start() {
   for n in "${missing[@]}"; do launch_node "$n"; done
   for n in "${missing[@]}"; do wait_started "$n" "$deadline"; done
   wait_registered "$deadline" "${BROKERS[@]}"
-  say "cluster up in ${SECONDS}s ($MODE mode)"
+  [ "$SECURED" = no ] || create_acls
+  say "cluster up in ${SECONDS}s ($MODE mode$([ "$SECURED" = no ] || echo ", secured"))"
   echo "$BOOTSTRAP"
 }
 
@@ -435,7 +715,7 @@ cmd_stop() {
   stop_pids 10 "$CONTROLLER_ID"
   stop_relays
   if [ $keep = 0 ]; then
-    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$MODE_FILE"
+    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$MODE_FILE" "$SECURED_FILE"
     say "stopped, data removed"
   else
     say "stopped, data kept in $STATE/data"
@@ -443,8 +723,9 @@ cmd_stop() {
 }
 
 cmd_status() {
-  local n pid all=0 role
+  local n pid all=0 role l t relayed out
   echo "mode $MODE"
+  echo "secured $SECURED"
   for n in $(all_nodes); do
     role=broker; [ "$n" = "$CONTROLLER_ID" ] && role=controller
     if pid=$(node_pid "$n"); then
@@ -454,13 +735,47 @@ cmd_status() {
     fi
   done
   for n in "${BROKERS[@]}"; do
+    # secured: "relay N 127.0.0.1:19192 -> 127.0.0.1:19092 [20301->19301 ...] running ..."
+    relayed=
+    if [ "$SECURED" = yes ]; then
+      while read -r l t; do [ "$l" = "$(relay_port "$n")" ] || relayed+=" $l->$t"; done < <(relay_pairs "$n")
+      relayed=" [${relayed# }]"
+    fi
+    out="relay $n $HOST:$(relay_port "$n") -> $HOST:$(node_port "$n")$relayed"
     if pid=$(relay_pid "$n"); then
-      echo "relay $n $HOST:$(relay_port "$n") -> $HOST:$(node_port "$n") running pid=$pid delay=$(delay_ms "$n")ms"
+      if relay_complete "$n" "$pid"; then
+        echo "$out running pid=$pid delay=$(delay_ms "$n")ms"
+      else
+        echo "$out incomplete pid=$pid (does not relay all listeners: restart with start-broker $n)"
+        [ "$MODE" != relayed ] || all=1
+      fi
     elif [ "$MODE" = relayed ]; then
-      echo "relay $n $HOST:$(relay_port "$n") -> $HOST:$(node_port "$n") stopped"; all=1
+      echo "$out stopped"; all=1
     fi
   done
   return $all
+}
+
+cmd_secured() { # key=value lines for tests and clients (see "Secured" in the header)
+  [ "$SECURED" = yes ] || die "the cluster in $STATE is not secured (start --secured)"
+  [ -f "$PKI/.complete" ] || die "$PKI is missing or incomplete (start --secured makes it)"
+  local i
+  echo "ca=$PKI/ca.pem"
+  echo "unknown_ca=$PKI/unknown-ca.pem"
+  echo "broker_cert=$PKI/broker.pem"
+  echo "broker_key=$PKI/broker.key"
+  echo "kroute_cert=$PKI/kroute.pem"
+  echo "kroute_key=$PKI/kroute.key"
+  echo "kroute_keystore=$PKI/kroute-keystore.pem"
+  echo "alice_cert=$PKI/alice.pem"
+  echo "alice_key=$PKI/alice.key"
+  echo "alice_keystore=$PKI/alice-keystore.pem"
+  echo "expired_cert=$PKI/expired.pem"
+  echo "expired_key=$PKI/expired.key"
+  echo "unknown_ca_cert=$PKI/unknown-broker.pem"
+  echo "unknown_ca_key=$PKI/unknown-broker.key"
+  echo "plaintext=$BOOTSTRAP"
+  for i in "${!SEC_KEYS[@]}"; do echo "${SEC_KEYS[$i]}=$(sec_bootstrap "$i")"; done
 }
 
 delay_ms() { # N: what broker N's relay reads from its delay file (invalid/missing = 0)
@@ -553,6 +868,7 @@ cmd_start_broker() {
   lock_state
   local n=$1
   node_pid "$CONTROLLER_ID" >/dev/null || die "controller is not running (use start)"
+  [ "$SECURED" = no ] || ensure_pki
   if [ "$MODE" = relayed ]; then ensure_relay_bin; start_relay "$n"; fi
   if node_pid "$n" >/dev/null; then say "broker $n already running"; return 0; fi
   [ -f "$STATE/data/node$n/meta.properties" ] || die "broker $n has no formatted data in $STATE/data (use start)"
@@ -563,7 +879,7 @@ cmd_start_broker() {
   # ask the restarted broker itself too, so a stale registration of the killed process can't pass
   local up
   until up=" $(brokers_up "$HOST:$(node_port "$n")") " && [[ $up == *" $n "* ]]; do
-    node_pid "$n" >/dev/null || { log_tails; die "broker $n exited during startup"; }
+    ! node_gone "$n" || { log_tails; die "broker $n exited during startup"; }
     [ "$SECONDS" -lt "$deadline" ] || { log_tails; die "broker $n not registered within ${START_TIMEOUT}s"; }
     sleep 0.5
   done
@@ -610,6 +926,7 @@ case "$cmd" in
   start) cmd_start "$@" ;;
   stop) cmd_stop "$@" ;;
   status) cmd_status ;;
+  secured) cmd_secured ;;
   bootstrap) echo "$BOOTSTRAP" ;;
   create-topic) cmd_create_topic "$@" ;;
   describe-topic) cmd_describe_topic "$@" ;;

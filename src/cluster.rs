@@ -4,6 +4,7 @@
 //! longer lists are dropped. Addresses seen in responses relayed to clients only add or update
 //! brokers, so a broker that joins gets a listener as soon as any client learns of it.
 
+use crate::security::{Identity, UpstreamSecurity};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -216,15 +217,17 @@ fn join_host_port(host: &str, port: i32) -> String {
 /// Metadata version kroute asks with: present in Kafka 3.x and 4.x.
 const METADATA_VERSION: i16 = 12;
 
-/// Asks one broker for the broker list (no topics).
+/// Asks one broker for the broker list (no topics), over a connection secured as kroute's own.
 pub async fn fetch_brokers(
     addr: &str,
     timeout: Duration,
     max_frame_bytes: usize,
+    security: &UpstreamSecurity,
 ) -> anyhow::Result<BTreeMap<i32, String>> {
     tokio::time::timeout(timeout, async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let mut stream = security.open(tcp, -1, addr, Identity::Kroute).await?.stream;
         let header = RequestHeader::default()
             .with_request_api_key(ApiKey::Metadata as i16)
             .with_request_api_version(METADATA_VERSION)

@@ -5,10 +5,14 @@
 //! that names the offending key and says what is wrong with it.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub use crate::security::config::{
+    ClientAuth, Mechanism, SaslConfig, SaslMode, TlsConfig, UpstreamTlsConfig,
+};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -196,14 +200,6 @@ pub struct ListenConfig {
     pub tls: Option<TlsConfig>,
 }
 
-/// Certificate and key (PEM files) for TLS on every client listener.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-}
-
 /// The real cluster behind kroute.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -215,6 +211,12 @@ pub struct UpstreamConfig {
     /// How often kroute refreshes its own view of the brokers.
     #[serde(default = "default_metadata_refresh_ms")]
     pub metadata_refresh_ms: u64,
+    /// TLS on every connection to a broker; absent: plaintext.
+    #[serde(default)]
+    pub tls: Option<UpstreamTlsConfig>,
+    /// SASL toward the brokers; absent: kroute never authenticates (clients may, passed through).
+    #[serde(default)]
+    pub sasl: Option<SaslConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -339,6 +341,12 @@ impl Config {
             key,
             problem,
         };
+        crate::security::config::validate(
+            self.listen.tls.as_ref(),
+            self.upstream.tls.as_ref(),
+            self.upstream.sasl.as_ref(),
+        )
+        .map_err(|(key, problem)| invalid(key, problem))?;
         if self.upstream.bootstrap_servers.is_empty() {
             return Err(invalid(
                 "upstream.bootstrap_servers",
@@ -418,8 +426,14 @@ impl Config {
                 return Err(invalid(key, "must be above 0".into()));
             }
         }
+        // The files are loaded once here, so a bad one is named before kroute starts.
         if let Some(tls) = &self.listen.tls {
-            crate::tls::acceptor(tls).map_err(|problem| invalid("listen.tls", problem))?;
+            crate::security::listener_tls::server_config(tls)
+                .map_err(|problem| invalid("listen.tls", problem))?;
+        }
+        if let Some(tls) = &self.upstream.tls {
+            crate::security::upstream_tls::client_config(tls)
+                .map_err(|problem| invalid("upstream.tls", problem))?;
         }
         if self.admin.listen.parse::<SocketAddr>().is_err() {
             return Err(invalid(

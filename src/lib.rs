@@ -5,6 +5,7 @@
 //! decides what the request needs -> [`upstream`] sends it to the broker and matches the answer
 //! -> [`rewrite`] replaces broker addresses -> back to [`client`].
 //! Shared by all connections: [`cluster`] (the brokers), [`metrics`], [`config`].
+//! [`security`] secures the connections at both ends (TLS, mTLS, SASL).
 
 pub mod admin;
 pub mod client;
@@ -16,5 +17,5 @@ pub mod protocol;
 pub mod proxy;
 pub mod rewrite;
 pub mod route;
-pub mod tls;
+pub mod security;
 pub mod upstream;

@@ -11,11 +11,11 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 use tracing::{debug, error, info, warn};
 
 use crate::client::{Target, serve};
 use crate::proxy::Proxy;
+use crate::security::listener_tls::ListenerTls;
 
 /// How long a client may take to complete the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,9 +35,10 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
             )
         })?;
     let tls = match &listen.tls {
-        Some(config) => {
-            Some(crate::tls::acceptor(config).map_err(|e| anyhow::anyhow!("listen.tls: {e}"))?)
-        }
+        Some(config) => Some(
+            ListenerTls::new(config, proxy.security.metrics.clone())
+                .map_err(|e| anyhow::anyhow!("listen.tls: {e}"))?,
+        ),
         None => None,
     };
     info!(address = %bootstrap.local_addr()?, tls = tls.is_some(), "bootstrap listener ready");
@@ -68,7 +69,7 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
 /// broker could not get its listener.
 async fn sync_listeners(
     proxy: &Arc<Proxy>,
-    tls: &Option<TlsAcceptor>,
+    tls: &Option<ListenerTls>,
     running: &mut BTreeMap<i32, JoinHandle<()>>,
 ) -> bool {
     let wanted = proxy.cluster.node_ids();
@@ -125,7 +126,7 @@ async fn sync_listeners(
 async fn accept(
     listener: TcpListener,
     target: Target,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ListenerTls>,
     proxy: Arc<Proxy>,
 ) {
     loop {
@@ -137,7 +138,8 @@ async fn accept(
                     None => {
                         tokio::spawn(serve(stream, peer, target, proxy));
                     }
-                    Some(acceptor) => {
+                    Some(tls) => {
+                        let acceptor = tls.acceptor();
                         tokio::spawn(async move {
                             match tokio::time::timeout(
                                 TLS_HANDSHAKE_TIMEOUT,

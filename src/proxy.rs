@@ -9,9 +9,12 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::rewrite::AddressMap;
 use crate::route::Router;
+use crate::security::UpstreamSecurity;
+use crate::security::metrics::SecurityMetrics;
 
 pub struct Proxy {
     pub config: Config,
+    pub security: UpstreamSecurity,
     pub cluster: ClusterView,
     pub metrics: Metrics,
     pub addresses: AddressMap,
@@ -19,19 +22,23 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn new(config: Config, metrics: Metrics) -> Arc<Proxy> {
+    /// Fails, naming the file, if a certificate or key of `[upstream.tls]` cannot be loaded.
+    /// Needs a tokio runtime when certificate files are watched for changes.
+    pub fn new(config: Config, metrics: Metrics) -> Result<Arc<Proxy>, String> {
+        let security = UpstreamSecurity::new(&config, Arc::new(SecurityMetrics::new()))?;
         let addresses = AddressMap::new(
             &config.listen.advertised_host,
             config.listen.broker_port_base,
         );
         let router = Router::new(&config.routing);
-        Arc::new(Proxy {
+        Ok(Arc::new(Proxy {
             config,
+            security,
             cluster: ClusterView::new(),
             metrics,
             addresses,
             router,
-        })
+        }))
     }
 }
 
@@ -52,6 +59,7 @@ pub async fn refresh_metadata(proxy: Arc<Proxy>) {
                 &addr,
                 config.connect_timeout(),
                 config.limits.max_frame_bytes,
+                &proxy.security,
             )
             .await
             {

@@ -23,7 +23,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
@@ -34,6 +33,9 @@ use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
 use crate::route::scores::BrokerScore;
+use crate::security::sasl::{self, SaslError, SaslTransport};
+use crate::security::stream::{ReadHalf, WriteHalf};
+use crate::security::{Identity, OpenError, Opened, Reauthentication};
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
 use kafka_protocol::protocol::Decodable;
 
@@ -123,17 +125,28 @@ pub struct Upstream {
 const OUTBOUND_QUEUE: usize = 64;
 
 impl Upstream {
-    /// Connects to `addr` (the broker with `node_id`, or -1 for a bootstrap server).
+    /// Connects to `addr` (the broker with `node_id`, or -1 for a bootstrap server), secured
+    /// for `identity` ([`crate::security`]).
     pub async fn connect(
         proxy: &Arc<Proxy>,
         node_id: i32,
         addr: &str,
-    ) -> std::io::Result<Upstream> {
+        identity: Identity,
+    ) -> Result<Upstream, DialError> {
         let link = Link::new(proxy, node_id);
-        let stream = dial(proxy, &link, addr).await?;
+        let opened = dial(proxy, &link, addr, identity).await?;
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-        start(stream, rx, proxy.clone(), link.clone());
+        start(opened, rx, proxy.clone(), link.clone());
         Ok(Upstream { node_id, tx, link })
+    }
+
+    /// The client of this connection authenticated itself (SASL passthrough): kroute must not
+    /// take over the numbering of idempotent producers it starts, whose every batch would then
+    /// go out under kroute's identity ([`crate::security::permit`]).
+    pub fn client_authenticated(&self) {
+        self.link
+            .client_authenticated
+            .store(true, Ordering::Relaxed);
     }
 
     /// Opens a connection in the background: requests may be queued at once (up to `queue`);
@@ -143,8 +156,8 @@ impl Upstream {
         let (tx, rx) = mpsc::channel(queue);
         let (proxy, background) = (proxy.clone(), link.clone());
         tokio::spawn(async move {
-            match dial(&proxy, &background, &addr).await {
-                Ok(stream) => start(stream, rx, proxy, background),
+            match dial(&proxy, &background, &addr, Identity::Kroute).await {
+                Ok(opened) => start(opened, rx, proxy, background),
                 Err(e) => {
                     background.reader_done.store(true, Ordering::Relaxed);
                     proxy.router.scores.unreachable(node_id, Instant::now());
@@ -174,8 +187,34 @@ impl Upstream {
     }
 }
 
-/// Opens the TCP connection, counting failures on the broker's metrics.
-async fn dial(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<TcpStream> {
+/// Why a connection to a broker could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Secure(#[from] OpenError),
+}
+
+/// Opens the connection (TCP, then TLS and SASL as configured), counting failures on the
+/// broker's metrics.
+async fn dial(
+    proxy: &Proxy,
+    link: &Link,
+    addr: &str,
+    identity: Identity,
+) -> Result<Opened, DialError> {
+    let tcp = connect_tcp(proxy, link, addr).await?;
+    match proxy.security.open(tcp, link.node_id, addr, identity).await {
+        Ok(opened) => Ok(opened),
+        Err(e) => {
+            link.metrics.connect_failures.increment(1);
+            Err(e.into())
+        }
+    }
+}
+
+async fn connect_tcp(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<TcpStream> {
     let stream = match tokio::time::timeout(
         proxy.config.connect_timeout(),
         TcpStream::connect(addr),
@@ -200,10 +239,11 @@ async fn dial(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<TcpStre
 }
 
 /// Starts the writer and reader tasks of a connected stream.
-fn start(stream: TcpStream, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: Arc<Link>) {
-    let (rd, wr) = stream.into_split();
+fn start(opened: Opened, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: Arc<Link>) {
+    let (rd, wr) = opened.stream.split();
     let (pending_tx, pending_rx) = mpsc::unbounded_channel();
-    tokio::spawn(write_requests(wr, rx, pending_tx, link.clone()));
+    let reauth = opened.reauthentication;
+    tokio::spawn(write_requests(wr, rx, pending_tx, link.clone(), reauth));
     tokio::spawn(read_responses(rd, pending_rx, proxy, link));
 }
 
@@ -224,6 +264,8 @@ struct Link {
     client_left: AtomicBool,
     /// Set when the reader has stopped: nothing sent from then on can be answered.
     reader_done: AtomicBool,
+    /// Set when the client authenticated itself over this connection (SASL passthrough).
+    client_authenticated: AtomicBool,
 }
 
 impl Link {
@@ -234,6 +276,7 @@ impl Link {
             score: (node_id >= 0).then(|| proxy.router.scores.broker(node_id)),
             client_left: AtomicBool::new(false),
             reader_done: AtomicBool::new(false),
+            client_authenticated: AtomicBool::new(false),
         })
     }
 
@@ -245,13 +288,28 @@ impl Link {
 }
 
 async fn write_requests(
-    wr: OwnedWriteHalf,
+    wr: WriteHalf,
     mut rx: mpsc::Receiver<Outbound>,
     pending_tx: mpsc::UnboundedSender<InFlight>,
     link: Arc<Link>,
+    mut reauth: Option<Reauthentication>,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, wr);
     while let Some(Outbound { frame, pending }) = rx.recv().await {
+        if let Some(due) = reauth.as_ref().filter(|r| Instant::now() >= r.at) {
+            // Between requests, before the broker's session runs out (KIP-368). Dropping the
+            // request in hand on failure fails its reply: its client sees the broker go away.
+            match reauthenticate(&mut out, &pending_tx, due).await {
+                Ok(next) => reauth = next,
+                Err(e) => {
+                    warn!(
+                        broker = link.node_id,
+                        "closing upstream connection: re-authentication failed: {e}"
+                    );
+                    return;
+                }
+            }
+        }
         if frame.get(..2) == Some(&[0, 0]) {
             link.metrics.produce_bytes.increment(frame.len() as u64);
         }
@@ -287,8 +345,68 @@ async fn write_requests(
     let _ = out.shutdown().await;
 }
 
+/// Runs kroute's SASL exchange again on a live connection and returns the next deadline.
+async fn reauthenticate(
+    out: &mut BufWriter<WriteHalf>,
+    pending_tx: &mpsc::UnboundedSender<InFlight>,
+    due: &Reauthentication,
+) -> Result<Option<Reauthentication>, SaslError> {
+    let mechanism = due.credentials.mechanism;
+    let mut pipeline = Pipeline { out, pending_tx };
+    match sasl::authenticate(&due.credentials, &mut pipeline).await {
+        Ok(session) => {
+            due.metrics.reauthenticated(mechanism);
+            debug!(
+                mechanism = mechanism.name(),
+                "re-authenticated upstream connection"
+            );
+            Ok(session.reauthenticate_at.map(|at| Reauthentication {
+                at,
+                credentials: due.credentials.clone(),
+                metrics: due.metrics.clone(),
+            }))
+        }
+        Err(e) => {
+            due.metrics.authentication_failed(mechanism);
+            Err(e)
+        }
+    }
+}
+
+/// SASL requests on a live connection: queued for the reader like any request, their answers
+/// come back to the writer, which sends nothing else until the exchange is over.
+struct Pipeline<'a> {
+    out: &'a mut BufWriter<WriteHalf>,
+    pending_tx: &'a mpsc::UnboundedSender<InFlight>,
+}
+
+impl SaslTransport for Pipeline<'_> {
+    async fn round_trip(
+        &mut self,
+        correlation_id: i32,
+        api_key: ApiKey,
+        api_version: i16,
+        frame: Bytes,
+    ) -> std::io::Result<Bytes> {
+        let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection closed");
+        let (tx, rx) = oneshot::channel();
+        let pending = PendingReply::new(api_key as i16, api_version, correlation_id, tx);
+        let sent = Instant::now();
+        self.pending_tx
+            .send(InFlight { pending, sent })
+            .map_err(|_| gone())?;
+        self.out.write_all(&size_prefix(frame.len())).await?;
+        self.out.write_all(&frame).await?;
+        self.out.flush().await?;
+        match rx.await {
+            Ok(Ok(answer)) => Ok(answer),
+            _ => Err(gone()),
+        }
+    }
+}
+
 async fn read_responses(
-    rd: OwnedReadHalf,
+    rd: ReadHalf,
     mut pending_rx: mpsc::UnboundedReceiver<InFlight>,
     proxy: Arc<Proxy>,
     link: Arc<Link>,
@@ -330,7 +448,7 @@ async fn read_responses(
                 );
             }
         }
-        let payload = match answer(&proxy, &pending, frame) {
+        let payload = match answer(&proxy, &link, &pending, frame) {
             Ok(p) => p,
             Err(e) => {
                 proxy.metrics.rewrite_errors.increment(1);
@@ -375,9 +493,14 @@ async fn read_responses(
 }
 
 /// Turns a broker response into what the client receives: as-is, or with addresses rewritten.
-fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result<Bytes> {
+fn answer(
+    proxy: &Proxy,
+    link: &Link,
+    pending: &PendingReply,
+    frame: Bytes,
+) -> anyhow::Result<Bytes> {
     if pending.api_key == ApiKey::InitProducerId as i16 {
-        observe_producer_id(proxy, pending.api_version, &frame);
+        observe_producer_id(proxy, link, pending.api_version, &frame);
     }
     if !needs_rewrite(pending.api_key, pending.api_version) {
         return Ok(frame);
@@ -409,8 +532,10 @@ fn answer(proxy: &Proxy, pending: &PendingReply, frame: Bytes) -> anyhow::Result
 
 /// A producer id handed out through kroute: kroute may own its numbering (see
 /// [`crate::route::producers`]).
-fn observe_producer_id(proxy: &Proxy, version: i16, frame: &Bytes) {
-    if !proxy.config.routing.routes_idempotent() {
+fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) {
+    if !proxy.config.routing.routes_idempotent()
+        || link.client_authenticated.load(Ordering::Relaxed)
+    {
         return;
     }
     let header_version = ApiKey::InitProducerId.response_header_version(version);

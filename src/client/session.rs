@@ -24,7 +24,9 @@ use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
 use crate::route::{Merge, Plan, Split, plan};
-use crate::upstream::{Outbound, PendingReply, Reply, Upstream, UpstreamGone};
+use crate::security::permit::WrittenTopics;
+use crate::security::{Identity, Permit, originate};
+use crate::upstream::{AnswerHook, Outbound, PendingReply, Reply, Upstream, UpstreamGone};
 
 /// Which kroute listener a client connected to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +79,7 @@ impl Upstreams<'_> {
             let Some(addr) = self.proxy.cluster.address(node_id) else {
                 return;
             };
-            match Upstream::connect(self.proxy, node_id, &addr).await {
+            match Upstream::connect(self.proxy, node_id, &addr, Identity::Kroute).await {
                 Ok(u) => {
                     self.others.insert(node_id, u);
                 }
@@ -186,7 +188,7 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
                 .cluster
                 .address(node_id)
                 .ok_or_else(|| format!("broker {node_id} is not in the cluster"))?;
-            Upstream::connect(proxy, node_id, &addr)
+            Upstream::connect(proxy, node_id, &addr, Identity::Client)
                 .await
                 .map_err(|e| format!("broker {node_id} at {addr}: {e}"))
         }
@@ -197,7 +199,7 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
                 .bootstrap_candidates(&proxy.config.upstream.bootstrap_servers)
             {
                 let node_id = proxy.cluster.node_id_of(&addr).unwrap_or(-1);
-                match Upstream::connect(proxy, node_id, &addr).await {
+                match Upstream::connect(proxy, node_id, &addr, Identity::Client).await {
                     Ok(u) => return Ok(u),
                     Err(e) => errors.push(format!("{addr}: {e}")),
                 }
@@ -214,9 +216,9 @@ async fn read_requests(
     proxy: &Arc<Proxy>,
 ) -> Result<(), ClientError> {
     let home = upstreams.home.node_id;
-    // Side connections to other brokers carry no SASL identity: an authenticated client's
-    // batches are never moved.
-    let mut may_route = true;
+    // Side connections carry kroute's identity, not the client's: once the client
+    // authenticates, its batches move only where it may write itself.
+    let mut permit = Permit::Any;
     let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
     let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
     while let Some(frame) = frames.next().await {
@@ -232,9 +234,31 @@ async fn read_requests(
             head.api(),
             Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
         ) {
-            may_route = false;
+            if proxy.security.originates()
+                && let Some(payload) = originate::refusal(&head)
+            {
+                if permit.is_any() {
+                    proxy.security.metrics.client_sasl_refused();
+                    warn!(
+                        ?home,
+                        "a client tried SASL, but kroute authenticates upstream itself (upstream.sasl.mode = \"originate\"): refused"
+                    );
+                    permit = Permit::Nothing;
+                }
+                let slot = Slot::Ready {
+                    api_key: head.api_key,
+                    payload,
+                };
+                slots.send(slot).await.map_err(|_| UpstreamGone)?;
+                continue;
+            }
+            if permit.is_any() {
+                permit =
+                    Permit::for_authenticated_client(proxy.security.routes_authenticated_clients());
+                upstreams.home.client_authenticated();
+            }
         }
-        match plan(proxy, home, may_route, &head, &frame)? {
+        match plan(proxy, home, &permit, &head, &frame)? {
             Plan::ForwardNoReply => {
                 let out = Outbound {
                     frame,
@@ -254,9 +278,15 @@ async fn read_requests(
                     .send(Slot::Waiting { api_key, reply })
                     .await
                     .map_err(|_| UpstreamGone)?;
+                let mut reply = pending(tx);
+                if let Permit::Written(written) = &permit
+                    && head.api() == Some(ApiKey::Produce)
+                {
+                    reply = reply.with_hook(learn_written_topics(written, head.api_version));
+                }
                 let out = Outbound {
                     frame,
-                    pending: Some(pending(tx)),
+                    pending: Some(reply),
                 };
                 upstreams.home.send(out).await?;
             }
@@ -299,6 +329,18 @@ async fn read_requests(
         }
     }
     Ok(())
+}
+
+/// Watches the answer to a Produce request a SASL client sent over its own connection, for the
+/// topics it may write ([`crate::security::permit`]).
+fn learn_written_topics(written: &Arc<WrittenTopics>, api_version: i16) -> AnswerHook {
+    let written = written.clone();
+    Box::new(move |reply| {
+        if let Ok(answer) = &reply {
+            written.learn(api_version, answer);
+        }
+        reply
+    })
 }
 
 async fn write_replies(

@@ -29,6 +29,7 @@ use crate::config::RoutingConfig;
 use crate::protocol::header::{Malformed, RequestHead, produce_head};
 use crate::protocol::versions::unsupported_api_versions_body;
 use crate::proxy::Proxy;
+use crate::security::Permit;
 use crate::upstream::Reply;
 use producers::Producers;
 use scores::{ScoreConfig, Scores};
@@ -103,19 +104,19 @@ impl Router {
 }
 
 /// Plans one request that arrived on a connection whose own broker is `home` (-1: bootstrap).
-/// `may_route` is false where batches must stay put whatever the policy says (see
-/// [`produce::plan`]).
+/// `permit` says which topics' batches may move at all on this connection (see
+/// [`crate::security::Permit`]).
 pub fn plan(
     proxy: &Arc<Proxy>,
     home: i32,
-    may_route: bool,
+    permit: &Permit,
     head: &RequestHead,
     frame: &Bytes,
 ) -> Result<Plan, Malformed> {
     match head.api() {
         Some(ApiKey::Produce) => {
             let produce = produce_head(frame, head.api_version)?;
-            Ok(produce::plan(proxy, home, may_route, head, &produce, frame))
+            Ok(produce::plan(proxy, home, permit, head, &produce, frame))
         }
         Some(ApiKey::ApiVersions) if head.api_version > ApiVersionsResponse::VERSIONS.max => {
             // ApiVersions responses always use response header v0: just the correlation id.
@@ -138,7 +139,7 @@ mod tests {
     fn proxy() -> Arc<Proxy> {
         let config =
             Config::parse("[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n", "t").unwrap();
-        Proxy::new(config, Metrics::new())
+        Proxy::new(config, Metrics::new()).unwrap()
     }
 
     fn head(api_key: i16, api_version: i16) -> RequestHead {
@@ -154,7 +155,7 @@ mod tests {
         let p = proxy();
         for (key, version) in [(3, 12), (9999, 1), (18, 4)] {
             assert!(matches!(
-                plan(&p, 1, true, &head(key, version), &Bytes::new()),
+                plan(&p, 1, &Permit::Any, &head(key, version), &Bytes::new()),
                 Ok(Plan::Forward)
             ));
         }
@@ -162,7 +163,8 @@ mod tests {
 
     #[test]
     fn future_api_versions_request_is_answered_locally() {
-        let Ok(Plan::Answer(payload)) = plan(&proxy(), 1, true, &head(18, 99), &Bytes::new())
+        let Ok(Plan::Answer(payload)) =
+            plan(&proxy(), 1, &Permit::Any, &head(18, 99), &Bytes::new())
         else {
             panic!("expected a local answer");
         };
@@ -173,6 +175,6 @@ mod tests {
     #[test]
     fn truncated_produce_is_malformed() {
         let frame = Bytes::from_static(&[0, 0, 0, 9, 0, 0, 0, 9]);
-        assert!(plan(&proxy(), 1, true, &head(0, 9), &frame).is_err());
+        assert!(plan(&proxy(), 1, &Permit::Any, &head(0, 9), &frame).is_err());
     }
 }

@@ -27,6 +27,7 @@ use crate::protocol::header::{ProduceHead, RequestHead};
 use crate::protocol::produce::{TopicEntry, parse_produce_body};
 use crate::protocol::versions::PRODUCE_MAX_VERSION;
 use crate::proxy::Proxy;
+use crate::security::Permit;
 use merge::{ProduceMerge, Route};
 
 /// The first Produce version that carries magic v2 batches.
@@ -43,19 +44,19 @@ pub(super) fn unsplit(acks: i16) -> Plan {
     }
 }
 
-/// Plans a Produce request that arrived on the connection to broker `home`. `may_route` is
-/// false on connections where moving batches is not allowed (e.g. SASL-authenticated ones,
-/// whose identity kroute's side connections would not carry).
+/// Plans a Produce request that arrived on the connection to broker `home`. `permit` says
+/// which topics' batches may move on this connection (a SASL client's only to topics it has
+/// written itself, since kroute's side connections carry kroute's identity).
 pub fn plan(
     proxy: &Arc<Proxy>,
     home: i32,
-    may_route: bool,
+    permit: &Permit,
     head: &RequestHead,
     produce: &ProduceHead,
     frame: &Bytes,
 ) -> Plan {
     let routing = &proxy.config.routing;
-    if !may_route
+    if matches!(permit, Permit::Nothing)
         || routing.strategy == Strategy::Off
         || routing.include.is_empty()
         || home < 0
@@ -79,7 +80,11 @@ pub fn plan(
         return unsplit(produce.acks);
     };
     let (acks, timeout_ms, topics) = request;
-    if let Some(owner) = sequenced::owner(proxy, acks, &topics) {
+    // An authenticated client's producer is never renumbered: all of its batches would go
+    // out under kroute's identity.
+    if permit.is_any()
+        && let Some(owner) = sequenced::owner(proxy, acks, &topics)
+    {
         let header = frame.slice(..produce.body_offset);
         return sequenced::plan(proxy, home, head, header, (acks, timeout_ms), topics, owner);
     }
@@ -94,7 +99,7 @@ pub fn plan(
     for (name, topic) in &topics {
         let name_str = name.as_str();
         let mut topic_routes = Vec::with_capacity(topic.partitions.len());
-        let routed = routing.routes_topic(name_str);
+        let routed = routing.routes_topic(name_str) && permit.allows(name_str);
         let layout = if routed {
             proxy.cluster.topic(name_str)
         } else {

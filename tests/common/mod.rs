@@ -349,11 +349,13 @@ impl JavaRun {
     pub fn count(&self, key: &str) -> usize {
         self.value(key)
             .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!(
-                "no {key}= in {} output:\n{}",
-                self.client,
-                self.lines.join("\n")
-            ))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no {key}= in {} output:\n{}",
+                    self.client,
+                    self.lines.join("\n")
+                )
+            })
     }
 }
 

@@ -30,7 +30,11 @@ pub fn kafka_python(
     // The pinned virtualenv scripts/test.sh sets up (tests/python/setup.sh).
     let mut command = Command::new(repo_root().join("target/python/bin/python3"));
     command.arg(repo_root().join("tests/python/producer.py"));
-    run("kafka-python", command, (bootstrap, topic, count, per_second, prefix))
+    run(
+        "kafka-python",
+        command,
+        (bootstrap, topic, count, per_second, prefix),
+    )
 }
 
 fn run(

@@ -1,3 +1,4 @@
+use crate::security::Permit;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,7 @@ fn proxy_with(strategy: &str, routing: &str) -> Arc<Proxy> {
     let text = format!(
         "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n[routing]\nstrategy = \"{strategy}\"\ninclude = [\"t*\"]\n{routing}\n"
     );
-    let p = Proxy::new(Config::parse(&text, "t").unwrap(), Metrics::new());
+    let p = Proxy::new(Config::parse(&text, "t").unwrap(), Metrics::new()).unwrap();
     p.cluster.observe_topics(vec![(
         "t".into(),
         Some(TopicLayout::new([
@@ -130,7 +131,7 @@ async fn an_idempotent_producer_kroute_did_not_see_start_resets_then_passes_unto
     slow_broker(&p, 1);
     let old_epoch = batch(&[None, None], Compression::None, 5, false);
     let (head, produce, frame) = request(&[("t", 0, old_epoch)], -1, None);
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert!(
         s.parts.is_empty(),
         "nothing of the epoch kroute first saw is sent"
@@ -149,7 +150,7 @@ async fn an_idempotent_producer_kroute_did_not_see_start_resets_then_passes_unto
     next_epoch[17..21].copy_from_slice(&crc.to_be_bytes());
     let next_epoch = Bytes::from(next_epoch);
     let (head, produce, frame) = request(&[("t", 0, next_epoch.clone())], -1, None);
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert_eq!(s.parts.len(), 1);
     assert_eq!(s.parts[0].node_id, 1);
     assert_eq!(
@@ -193,7 +194,7 @@ fn keyless_batches_leave_a_slow_broker() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyless()), ("t", 1, keyless())], -1, None);
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert_eq!(s.parts.len(), 1, "everything moved to one fast broker");
     let part = &s.parts[0];
     assert!(part.node_id == 2 || part.node_id == 3);
@@ -231,23 +232,23 @@ fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
     ] {
         let (head, produce, frame) = request(&entries, -1, None);
         assert!(matches!(
-            plan(&p, 1, true, &head, &produce, &frame),
+            plan(&p, 1, &Permit::Any, &head, &produce, &frame),
             Plan::Forward
         ));
     }
     let txn = batch(&[None], Compression::None, 5, true);
     let (head, produce, frame) = request(&[("t", 0, txn)], -1, Some("tx"));
     assert!(matches!(
-        plan(&p, 1, true, &head, &produce, &frame),
+        plan(&p, 1, &Permit::Any, &head, &produce, &frame),
         Plan::Forward
     ));
     // An idempotent producer kroute does not own, with `idempotent = false`: left alone.
     let text = "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n[routing]\ninclude = [\"t*\"]\nidempotent = false\n";
-    let no_idempotent = Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new());
+    let no_idempotent = Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new()).unwrap();
     let idempotent = batch(&[None], Compression::None, 5, false);
     let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
     assert!(matches!(
-        plan(&no_idempotent, 1, true, &head, &produce, &frame),
+        plan(&no_idempotent, 1, &Permit::Any, &head, &produce, &frame),
         Plan::Forward
     ));
     // Strategy off: nothing moves.
@@ -255,7 +256,7 @@ fn keyed_idempotent_transactional_and_unlisted_topics_stay_untouched() {
     slow_broker(&off, 1);
     let (head, produce, frame) = request(&[("t", 0, keyless())], -1, None);
     assert!(matches!(
-        plan(&off, 1, true, &head, &produce, &frame),
+        plan(&off, 1, &Permit::Any, &head, &produce, &frame),
         Plan::Forward
     ));
 }
@@ -265,7 +266,7 @@ fn mixed_request_splits_and_merges_back_into_client_partitions() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert_eq!(s.parts.len(), 2);
     assert_eq!(s.parts[0].node_id, 1, "home part first");
     assert_eq!(
@@ -301,7 +302,7 @@ fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyed()), ("t", 1, keyless())], -1, None);
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     let merged = s
         .merge
         .unwrap()
@@ -329,7 +330,7 @@ fn a_topic_named_twice_is_left_alone() {
         None,
     );
     assert!(matches!(
-        plan(&p, 1, true, &head, &produce, &frame),
+        plan(&p, 1, &Permit::Any, &head, &produce, &frame),
         Plan::Forward
     ));
 }
@@ -339,7 +340,7 @@ fn acks_zero_splits_without_a_merge() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
     let (head, produce, frame) = request(&[("t", 0, keyless())], 0, None);
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert!(s.merge.is_none());
     assert_eq!(s.parts.len(), 1);
     assert_ne!(s.parts[0].node_id, 1);
@@ -354,7 +355,7 @@ fn a_batch_already_on_the_chosen_broker_stays() {
     let mut stayed = 0;
     for _ in 0..10 {
         let (head, produce, frame) = request(&[("t", 0, keyless())], -1, None);
-        match plan(&p, 1, true, &head, &produce, &frame) {
+        match plan(&p, 1, &Permit::Any, &head, &produce, &frame) {
             Plan::Forward => stayed += 1,
             Plan::Split(s) => assert!(s.parts.iter().all(|part| part.node_id != 2 || stayed > 100)),
             _ => panic!("unexpected plan"),
@@ -388,7 +389,7 @@ fn batches_overflow_to_the_next_broker_when_partitions_run_out() {
         -1,
         None,
     );
-    let s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     let mut targets: Vec<i32> = s
         .parts
         .iter()
@@ -414,7 +415,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
     let idempotent = crate::route::batch::renumber(&client_numbers, 1000).unwrap();
     let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
 
-    let first = split(plan(&p, 1, true, &head, &produce, &frame));
+    let first = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert_eq!(first.parts.len(), 1);
     let sent = entries(&first.parts[0].frame);
     let (_, target, records) = sent[0].clone();
@@ -429,7 +430,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
     assert!(part.sent.unwrap().await.unwrap().is_err());
 
     // ...so the client's retry goes to the same partition with the same numbers.
-    let retry = split(plan(&p, 1, true, &head, &produce, &frame));
+    let retry = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert_eq!(entries(&retry.parts[0].frame), sent);
     assert!(
         retry
@@ -476,7 +477,14 @@ fn fill_every_lane(p: &Arc<Proxy>) -> Vec<(i32, i32)> {
     let mut lanes = Vec::new();
     for partition in 0..6 {
         let (head, produce, frame) = request(&[("t", partition, numbered_from(0))], -1, None);
-        let s = split(plan(p, leader(partition), true, &head, &produce, &frame));
+        let s = split(plan(
+            p,
+            leader(partition),
+            &Permit::Any,
+            &head,
+            &produce,
+            &frame,
+        ));
         let (_, target, _) = entries(&s.parts[0].frame)[0].clone();
         lanes.push((partition, target));
     }
@@ -503,7 +511,7 @@ async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one
     let owner = p.router.producers.get(5).unwrap();
 
     let (head, produce, frame) = request(&[("t", 0, numbered_from(2))], -1, None);
-    let mut s = split(plan(&p, leader(0), true, &head, &produce, &frame));
+    let mut s = split(plan(&p, leader(0), &Permit::Any, &head, &produce, &frame));
     assert_eq!(s.parts.len(), 1);
     assert!(s.parts[0].frame.is_empty(), "nothing sent yet");
     let mut answer = s.parts[0].sent.take().unwrap();
@@ -544,7 +552,7 @@ async fn a_waiting_batch_is_answered_retriable_at_its_deadline_and_later_ones_fo
     let mut waiting = Vec::new();
     for base in [2, 4] {
         let (head, produce, frame) = request(&[("t", 0, numbered_from(base))], -1, None);
-        let mut s = split(plan(&p, leader(0), true, &head, &produce, &frame));
+        let mut s = split(plan(&p, leader(0), &Permit::Any, &head, &produce, &frame));
         assert!(s.parts[0].frame.is_empty(), "batch {base} waits");
         let answer = s.parts[0].sent.take().unwrap();
         waiting.push((s.merge.unwrap(), answer));
@@ -619,7 +627,14 @@ fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
     }
     let send = |partition: i32, base: i32| {
         let (head, produce, frame) = request(&[("t", partition, numbered_from(base))], -1, None);
-        let s = split(plan(&p, leader(partition), true, &head, &produce, &frame));
+        let s = split(plan(
+            &p,
+            leader(partition),
+            &Permit::Any,
+            &head,
+            &produce,
+            &frame,
+        ));
         entries(&s.parts[0].frame)[0].1
     };
     // Six batches, none answered: each takes a lane of its own, so the fast brokers' four
@@ -654,7 +669,14 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
     let mut waiting = Vec::new();
     for (partition, base) in [(0, 2), (1, 2), (0, 4)] {
         let (head, produce, frame) = request(&[("t", partition, numbered_from(base))], -1, None);
-        let mut s = split(plan(&p, leader(partition), true, &head, &produce, &frame));
+        let mut s = split(plan(
+            &p,
+            leader(partition),
+            &Permit::Any,
+            &head,
+            &produce,
+            &frame,
+        ));
         assert!(s.parts[0].frame.is_empty(), "{partition}/{base} waits");
         let answer = s.parts[0].sent.take().unwrap();
         waiting.push((s.merge.unwrap(), answer));
@@ -733,7 +755,7 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
         .map(|partition| ("tj", partition, numbered_from(0)))
         .collect();
     let (head, produce, frame) = request(&entries_in, -1, None);
-    let mut s = split(plan(&p, 1, true, &head, &produce, &frame));
+    let mut s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
     assert!(
         s.parts.iter().all(|part| part.node_id == 2),
         "all to the fast broker"
