@@ -254,7 +254,7 @@ fn no_real_broker_address_reaches_a_client() {
     let kroute = Kroute::start_with(KrouteOptions {
         bind_host: "127.0.0.2".into(),
         advertised_host: "127.0.0.1".into(),
-        extra_toml: String::new(),
+        ..Default::default()
     });
     let captured = Arc::new(Mutex::new(Vec::new()));
     let mut relays = Vec::new();

@@ -217,3 +217,69 @@ fn validate_sasl(s: &SaslConfig) -> Result<(), Invalid> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn key_of(extra: &str) -> String {
+        let text = format!("[upstream]\nbootstrap_servers = [\"b:9092\"]\n{extra}");
+        match Config::parse(&text, "t") {
+            Err(ConfigError::Invalid { key, .. }) => key.to_string(),
+            Err(e) => format!("other error: {e}"),
+            Ok(_) => "accepted".into(),
+        }
+    }
+
+    #[test]
+    fn inconsistent_security_settings_name_their_key() {
+        let sasl = "[upstream.sasl]\nmode = \"originate\"\n";
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}mechanism = \"SCRAM-SHA-256\"\nusername = \"u\"\n"
+            )),
+            "upstream.sasl.password_file"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}mechanism = \"PLAIN\"\npassword_env = \"P\"\n"
+            )),
+            "upstream.sasl.username"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}mechanism = \"PLAIN\"\nusername = \"u\"\npassword_env = \"P\"\npassword_file = \"/p\"\n"
+            )),
+            "upstream.sasl.password_file"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}mechanism = \"OAUTHBEARER\"\npassword_env = \"P\"\n"
+            )),
+            "upstream.sasl.token_file"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}mechanism = \"PLAIN\"\nusername = \"u\"\npassword_env = \"P\"\n"
+            )),
+            "accepted"
+        );
+        assert_eq!(
+            key_of("[upstream.tls]\ncert_file = \"/c\"\n"),
+            "upstream.tls.key_file"
+        );
+        assert_eq!(
+            key_of("[upstream.tls]\nca_file = \"/nonexistent/ca.pem\"\n"),
+            "upstream.tls"
+        );
+        let listen = "[listen.tls]\ncert_file = \"/c\"\nkey_file = \"/k\"\n";
+        assert_eq!(
+            key_of(&format!("{listen}client_auth = \"required\"\n")),
+            "listen.tls.client_ca_file"
+        );
+        assert_eq!(
+            key_of(&format!("{listen}client_ca_file = \"/ca\"\n")),
+            "listen.tls.client_auth"
+        );
+    }
+}

@@ -10,6 +10,7 @@
 
 pub mod librdkafka;
 pub mod producers;
+pub mod secured;
 pub mod slow;
 
 use std::collections::BTreeMap;
@@ -99,7 +100,10 @@ fn pick_ports(host: &str) -> (u16, u16, u16) {
 pub struct KrouteOptions {
     pub bind_host: String,
     pub advertised_host: String,
+    /// Keys of `[upstream]` (after bootstrap_servers), then sections of their own.
     pub extra_toml: String,
+    /// The brokers kroute fronts (comma-separated); None: [`cluster_bootstrap`].
+    pub bootstrap_servers: Option<String>,
 }
 
 impl Default for KrouteOptions {
@@ -108,6 +112,7 @@ impl Default for KrouteOptions {
             bind_host: "127.0.0.1".into(),
             advertised_host: "127.0.0.1".into(),
             extra_toml: String::new(),
+            bootstrap_servers: None,
         }
     }
 }
@@ -164,15 +169,25 @@ impl Kroute {
     }
 
     pub fn start_with(opts: KrouteOptions) -> Kroute {
+        let k = Self::spawn_with(opts);
+        k.wait_ready();
+        k
+    }
+
+    /// Starts kroute without waiting until it is ready (for tests of a kroute that cannot be).
+    pub fn spawn_with(opts: KrouteOptions) -> Kroute {
         let (bootstrap_port, admin_port, port_base) = pick_ports(&opts.bind_host);
-        let servers: Vec<String> = cluster_bootstrap()
+        let servers: Vec<String> = opts
+            .bootstrap_servers
+            .clone()
+            .unwrap_or_else(cluster_bootstrap)
             .split(',')
             .map(|s| format!("\"{s}\""))
             .collect();
         let toml = format!(
             "[listen]\nbind_host = \"{bind}\"\nadvertised_host = \"{adv}\"\nbootstrap_port = {bootstrap_port}\n\
-             broker_port_base = {port_base}\n\n[upstream]\nbootstrap_servers = [{servers}]\n\
-             metadata_refresh_ms = 1000\n\n[admin]\nlisten = \"{bind}:{admin_port}\"\n{extra}\n",
+             broker_port_base = {port_base}\n\n[admin]\nlisten = \"{bind}:{admin_port}\"\n\n\
+             [upstream]\nbootstrap_servers = [{servers}]\nmetadata_refresh_ms = 1000\n{extra}\n",
             bind = opts.bind_host,
             adv = opts.advertised_host,
             servers = servers.join(", "),
@@ -182,7 +197,7 @@ impl Kroute {
         std::fs::write(&path, toml).expect("write test config");
         let logs = Arc::new(Mutex::new(Vec::new()));
         let child = spawn_kroute(&path, &logs);
-        let k = Kroute {
+        Kroute {
             child,
             logs,
             bootstrap: format!("{}:{bootstrap_port}", opts.advertised_host),
@@ -190,9 +205,7 @@ impl Kroute {
             port_base,
             bootstrap_port,
             _config: tempfile_path::TempPath(path),
-        };
-        k.wait_ready();
-        k
+        }
     }
 
     /// Kills kroute (SIGKILL: a crash, nothing flushed) and starts it again with the same
@@ -229,6 +242,19 @@ impl Kroute {
     /// Sum of every sample of `name` whose labels contain all of `labels` (`key="value"`).
     pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
         metric_sum(&self.metrics(), name, labels)
+    }
+
+    /// Waits until kroute logged a line containing every one of `parts`, and returns it.
+    pub fn wait_for_log(&self, parts: &[&str], timeout: Duration) -> String {
+        wait_for(
+            &format!("a kroute log line with {parts:?}"),
+            timeout,
+            || {
+                self.logs()
+                    .into_iter()
+                    .find(|l| parts.iter().all(|p| l.contains(p)))
+            },
+        )
     }
 
     pub fn logs(&self) -> Vec<String> {

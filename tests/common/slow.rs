@@ -43,12 +43,18 @@ pub fn slow_world() -> SlowWorld {
 
 /// [`slow_world`] with more kroute configuration (keys of `[routing]` first).
 pub fn slow_world_with(routing_toml: &str) -> SlowWorld {
+    slow_world_of(KrouteOptions::default(), routing_toml)
+}
+
+/// [`slow_world_with`] for a kroute started with `opts` (its `extra_toml` goes last).
+pub fn slow_world_of(opts: KrouteOptions, routing_toml: &str) -> SlowWorld {
     let serial = SLOW_BROKER.lock().unwrap_or_else(|e| e.into_inner());
     let kroute = Kroute::start_with(KrouteOptions {
         extra_toml: format!(
-            "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"route-*\"]\n{routing_toml}"
+            "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"route-*\"]\n{routing_toml}\n{}",
+            opts.extra_toml
         ),
-        ..Default::default()
+        ..opts
     });
     SlowBroker::set(40);
     SlowWorld {

@@ -1,0 +1,383 @@
+//! SASL toward the real secured cluster (`scripts/cluster.sh start --secured`), in both modes:
+//! kroute authenticating every upstream connection itself (`originate`, the sidecar) and
+//! clients authenticating themselves through kroute (`passthrough`), with the Java client,
+//! librdkafka and kafka-python.
+
+mod common;
+
+use std::time::Duration;
+
+use common::librdkafka::{self, Produce};
+use common::secured::*;
+use common::slow::*;
+use common::*;
+
+/// kroute in front of the listeners `listeners` of `scripts/cluster.sh secured`, with `toml`.
+fn kroute_on(listeners: &str, toml: String) -> KrouteOptions {
+    KrouteOptions {
+        bootstrap_servers: Some(Secured::get().value(listeners).to_string()),
+        extra_toml: toml,
+        ..Default::default()
+    }
+}
+
+fn sasl_metric(kroute: &Kroute, name: &str, mechanism: &str) -> f64 {
+    kroute.metric(name, &[&format!("mechanism=\"{mechanism}\"")])
+}
+
+/// Java produce then consume of `count` records through `bootstrap`, with client `flags`.
+fn java_round_trip(bootstrap: &str, topic: &str, count: u32, flags: &[String]) {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let n = count.to_string();
+    let produced = java_on(
+        "produce",
+        bootstrap,
+        topic,
+        &[&["--count", &n, "--id-prefix", "s-"][..], &flags].concat(),
+    );
+    assert_eq!(produced.count("produced"), count as usize);
+    let consumed = java_on(
+        "consume",
+        bootstrap,
+        topic,
+        &[&["--expect", &n, "--extra-wait-ms", "500"][..], &flags].concat(),
+    );
+    assert_eq!(consumed.count("consumed"), count as usize);
+    assert_eq!(consumed.count("unique"), count as usize);
+}
+
+#[test]
+fn originate_scram_sha_512_over_sasl_ssl_serves_java_and_librdkafka() {
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_tls() + &upstream_sasl("originate", "SCRAM-SHA-512", "kroute", &password);
+    let kroute = Kroute::start_with(kroute_on("sasl_ssl", toml));
+    let topic = unique("sasl-orig");
+    create_topic(&topic, 3, &[]);
+
+    // Clients speak plaintext without SASL to kroute, as an application next to its sidecar.
+    java_round_trip(&kroute.bootstrap, &topic, 300, &[]);
+    let acked = librdkafka::produce(&kroute.bootstrap, &topic, 200, Produce::default());
+    assert_eq!(acked.len(), 200);
+    let read = librdkafka::consume_all(&kroute.bootstrap, &topic, 500);
+    assert_eq!(read.len(), 500);
+
+    assert!(
+        sasl_metric(
+            &kroute,
+            "kroute_sasl_authentications_total",
+            "SCRAM-SHA-512"
+        ) >= 2.0
+    );
+    assert_eq!(
+        kroute.metric("kroute_sasl_authentication_failures_total", &[]),
+        0.0
+    );
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
+fn originate_plain_and_scram_sha_256_over_sasl_plaintext() {
+    for mechanism in ["PLAIN", "SCRAM-SHA-256"] {
+        let password = PasswordFile::new("kroute-secret");
+        let toml = upstream_sasl("originate", mechanism, "kroute", &password);
+        let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
+        let topic = unique("sasl-plain");
+        create_topic(&topic, 3, &[]);
+        let run = common::producers::kafka_python(&kroute.bootstrap, &topic, 300, 1000, "kp-");
+        run.assert_ok();
+        assert_eq!(run.acks().len(), 300, "{mechanism}");
+        let read = librdkafka::consume_all(&kroute.bootstrap, &topic, 300);
+        assert_eq!(read.len(), 300, "{mechanism}");
+        assert!(sasl_metric(&kroute, "kroute_sasl_authentications_total", mechanism) >= 1.0);
+        kroute.assert_clean_logs(&[]);
+    }
+}
+
+#[test]
+fn originate_with_a_wrong_password_logs_counts_and_closes() {
+    let password = PasswordFile::new("not-the-password");
+    let toml = upstream_sasl("originate", "SCRAM-SHA-256", "kroute", &password);
+    let kroute = Kroute::spawn_with(kroute_on("sasl_plaintext", toml));
+    // kroute's own metadata connection is refused: one line naming the mechanism and reason.
+    let line = kroute.wait_for_log(
+        &["SCRAM-SHA-256", "authentication failed"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !line.contains("not-the-password"),
+        "secret in a log: {line}"
+    );
+    // A client is let in only to find no broker behind kroute: its connection is closed.
+    let mut client = std::net::TcpStream::connect(&kroute.bootstrap).unwrap();
+    use std::io::Write;
+    client
+        .write_all(&request_frame(
+            kafka_protocol::messages::ApiKey::Metadata,
+            12,
+            1,
+            &kafka_protocol::messages::MetadataRequest::default(),
+        ))
+        .unwrap();
+    assert!(closed_within(&mut client, Duration::from_secs(20)));
+    assert!(
+        sasl_metric(
+            &kroute,
+            "kroute_sasl_authentication_failures_total",
+            "SCRAM-SHA-256"
+        ) >= 1.0
+    );
+    assert!(
+        kroute
+            .logs()
+            .iter()
+            .all(|l| !l.contains("not-the-password"))
+    );
+}
+
+#[test]
+fn a_client_that_tries_sasl_on_an_originating_kroute_gets_a_clear_error() {
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_sasl("originate", "PLAIN", "kroute", &password);
+    let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
+    let topic = unique("sasl-refused");
+    create_topic(&topic, 1, &[]);
+    let flags = java_sasl("PLAIN", "alice", "alice-secret");
+    let mut args = vec![
+        "produce",
+        "--bootstrap",
+        &kroute.bootstrap,
+        "--topic",
+        &topic,
+        "--count",
+        "1",
+        "--timeout-ms",
+        "20000",
+    ];
+    args.extend(flags.iter().map(String::as_str));
+    let run = java(&args);
+    assert!(
+        !run.ok,
+        "a SASL client must not get through an originating kroute"
+    );
+    let all = format!("{}\n{}", run.lines.join("\n"), run.stderr);
+    assert!(
+        all.contains("UnsupportedSaslMechanism") || all.contains("not enabled in the server"),
+        "the client's error does not say why: {}",
+        run.lines.join("\n")
+    );
+    assert!(kroute.metric("kroute_client_sasl_refused_total", &[]) >= 1.0);
+    kroute.assert_clean_logs(&["a client tried SASL"]);
+}
+
+#[test]
+fn passthrough_scram_clients_authenticate_themselves_over_upstream_tls() {
+    // No kroute credentials: the client's SASL goes to the broker over TLS that kroute adds.
+    let kroute = Kroute::start_with(kroute_on(
+        "sasl_ssl",
+        upstream_tls() + "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"*\"]\n",
+    ));
+    let topic = unique("sasl-pass");
+    create_topic(&topic, 3, &[]);
+    let alice = java_sasl("SCRAM-SHA-256", "alice", "alice-secret");
+    java_round_trip(&kroute.bootstrap, &topic, 300, &alice);
+    // Without kroute credentials an authenticated client's batches never move.
+    assert_eq!(kroute.metric("kroute_batches_moved_total", &[]), 0.0);
+
+    // A wrong password: the client gets the broker's own SASL_AUTHENTICATION_FAILED message.
+    let wrong = java_sasl("SCRAM-SHA-256", "alice", "wrong-password");
+    let mut args = vec![
+        "produce",
+        "--bootstrap",
+        &kroute.bootstrap,
+        "--topic",
+        &topic,
+        "--count",
+        "1",
+        "--timeout-ms",
+        "20000",
+    ];
+    args.extend(wrong.iter().map(String::as_str));
+    let run = java(&args);
+    assert!(!run.ok);
+    let all = format!("{}\n{}", run.lines.join("\n"), run.stderr);
+    assert!(
+        all.contains("SaslAuthenticationException") && all.contains("invalid credentials"),
+        "expected the broker's authentication failure: {}",
+        run.lines.join("\n")
+    );
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
+fn a_principal_without_write_cannot_get_records_in_through_routing() {
+    // kroute's own identity (a super user) serves its side connections; bob may not write
+    // `acl-*` topics, alice may.
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_sasl("passthrough", "SCRAM-SHA-512", "kroute", &password)
+        + "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"acl-*\"]\nexclude = []\n";
+    let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
+    let non_idempotent = [
+        "--client-config",
+        "enable.idempotence=false",
+        "--client-config",
+        "acks=1",
+        "--client-config",
+        "linger.ms=5",
+        "--client-config",
+        "retries=0",
+    ];
+
+    let denied = unique("acl-bob");
+    create_topic(&denied, 6, &[]);
+    let bob = java_sasl("SCRAM-SHA-256", "bob", "bob-secret");
+    let mut args = vec![
+        "produce",
+        "--bootstrap",
+        &kroute.bootstrap,
+        "--topic",
+        &denied,
+        "--count",
+        "300",
+        "--timeout-ms",
+        "20000",
+    ];
+    args.extend(non_idempotent);
+    args.extend(bob.iter().map(String::as_str));
+    let run = java(&args);
+    assert_eq!(run.acks().len(), 0, "bob got records into {denied}");
+    assert!(
+        run.lines.iter().any(|l| l.contains("TopicAuthorization")),
+        "bob's records must fail with the broker's authorization error:\n{}",
+        run.lines
+            .iter()
+            .rev()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(kroute.metric("kroute_batches_moved_total", &[]), 0.0);
+    // Straight from the cluster (its PLAINTEXT listener): the topic is empty.
+    let read = java_on(
+        "consume",
+        &cluster_bootstrap(),
+        &denied,
+        &["--expect", "0", "--extra-wait-ms", "2000"],
+    );
+    assert_eq!(read.count("consumed"), 0);
+
+    // alice may write: once her own connection has written a topic, her batches move there.
+    let allowed = unique("acl-alice");
+    create_topic(&allowed, 6, &[]);
+    let alice = java_sasl("SCRAM-SHA-256", "alice", "alice-secret");
+    let mut args = vec![
+        "produce",
+        "--bootstrap",
+        &kroute.bootstrap,
+        "--topic",
+        &allowed,
+        "--count",
+        "3000",
+        "--per-second",
+        "1500",
+    ];
+    args.extend(non_idempotent);
+    args.extend(alice.iter().map(String::as_str));
+    let run = java_ok(&args);
+    assert_eq!(run.acks().len(), 3000);
+    assert!(
+        kroute.metric("kroute_batches_moved_total", &[]) > 0.0,
+        "alice's batches never moved"
+    );
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
+fn originate_reauthenticates_through_three_session_lifetimes_without_client_errors() {
+    // The `reauth` listeners end a session after 10 s (connections.max.reauth.ms).
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_tls() + &upstream_sasl("originate", "SCRAM-SHA-256", "kroute", &password);
+    let kroute = Kroute::start_with(kroute_on("reauth", toml));
+    let topic = unique("sasl-reauth");
+    create_topic(&topic, 3, &[]);
+    let run = java_on(
+        "produce",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--count",
+            "3500",
+            "--per-second",
+            "100",
+            "--id-prefix",
+            "ra-",
+            "--timeout-ms",
+            "90000",
+        ],
+    );
+    assert_eq!(run.count("produced"), 3500);
+    assert_eq!(run.count("errors"), 0);
+    let reauths = sasl_metric(
+        &kroute,
+        "kroute_sasl_reauthentications_total",
+        "SCRAM-SHA-256",
+    );
+    assert!(reauths >= 3.0, "only {reauths} re-authentications in 35 s");
+    let read = librdkafka::consume_all(&kroute.bootstrap, &topic, 3500);
+    assert_eq!(read.len(), 3500);
+    assert!(read.values().all(|copies| copies.len() == 1), "duplicates");
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
+fn the_default_idempotent_producer_moves_off_a_slow_broker_on_sasl_ssl_exactly_once() {
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_tls() + &upstream_sasl("originate", "SCRAM-SHA-512", "kroute", &password);
+    let world = slow_world_of(kroute_on("sasl_ssl", toml), "");
+    let kroute = &world.kroute;
+    let topic = unique("route-sasl");
+    create_topic_two_per_broker(&topic);
+
+    let before = produce_bytes(kroute);
+    let run = java_on(
+        "produce",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--count",
+            "15000",
+            "--per-second",
+            "3000",
+            "--record-size",
+            "1024",
+            "--id-prefix",
+            "ss-",
+        ],
+    );
+    assert_eq!(run.count("produced"), 15000);
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share over SASL_SSL: {share:.3}");
+    assert!(share < 0.2, "slow broker 2 got {share:.3} of the bytes");
+    assert!(
+        kroute.metric(
+            "kroute_idempotent_batches_total",
+            &["outcome=\"renumbered\""]
+        ) > 0.0
+    );
+    assert_eq!(
+        kroute.metric(
+            "kroute_idempotent_batches_total",
+            &["outcome=\"sequence_error_passed\""]
+        ),
+        0.0
+    );
+    let read = java_on(
+        "consume",
+        &cluster_bootstrap(),
+        &topic,
+        &["--expect", "15000", "--extra-wait-ms", "1000"],
+    );
+    assert_eq!(read.count("consumed"), 15000, "lost or duplicated records");
+    assert_eq!(read.count("unique"), 15000);
+    kroute.assert_clean_logs(&[]);
+}
