@@ -81,8 +81,9 @@
 # super.users User:ANONYMOUS (PLAINTEXT clients), User:kroute, User:admin, User:CN=kroute. After
 # the first start on fresh data, start adds one ACL: User:alice may Write, Describe and Create
 # topics with the prefix "acl-". So acl-* topics are closed to every other non-super principal
-# (bob gets TOPIC_AUTHORIZATION_FAILED from a non-idempotent produce; an idempotent producer is
-# refused earlier), all other topics and cluster operations stay open to everyone.
+# (bob: TOPIC_AUTHORIZATION_FAILED, for the Java client already in its Metadata response, as he
+# may not Describe them either), while all other topics and the cluster (e.g. IdempotentWrite, so
+# idempotent producers work) stay open to everyone. PLAINTEXT clients are ANONYMOUS (a super user).
 # PKI: made with openssl in <state>/pki on the first secured start, then reused (delete the dir
 # to regenerate). RSA 2048, keys PKCS#8 PEM without password, v3 certificates valid 10 years:
 #   ca.pem ca.key                  test CA (CA:TRUE)
@@ -446,16 +447,16 @@ start_relay() { # N: start broker N's relay unless it runs (with all pairs); kee
   # machine (2 cores, 4 JVMs + clients) the relays should not be the ones waiting for a CPU
   local prio=()
   nice -n -10 true 2>/dev/null && prio=(nice -n -10)
-  # (the trailing space in the pattern below lets relay_pid/relay_complete match the last argument)
   setsid "${prio[@]}" "$RELAY_BIN" "${args[@]}" \
     --delay-file "$(delay_file "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$(relay_pidfile "$n")"
-  # listening (on every port) before the broker advertises it
-  deadline=$((SECONDS + 10))
+  # exec'ed (relay_pid recognises it by its command line), then listening (on every port) before
+  # the broker advertises it
   local rc=0
-  wait_exec "$pid" "delay_relay " 60 || rc=$?
+  wait_exec "$pid" " --delay-file $(delay_file "$n") " 60 || rc=$?
   [ $rc != 1 ] || { cat "$log" >&2; die "relay $n exited during startup"; }
+  deadline=$((SECONDS + 10))
   for port in "${ports[@]}"; do
     until port_busy "$port"; do
       pid_gone "$pid" && { cat "$log" >&2; die "relay $n exited during startup"; }

@@ -3,7 +3,9 @@
 # front of a real 3-broker Apache Kafka cluster with real clients (Java, librdkafka).
 #
 # The cluster runs in "relayed" mode (see scripts/cluster.sh): each broker advertises a delaying
-# relay in front of it, so the routing tests can make one broker slow for every client. It is
+# relay in front of it, so the routing tests can make one broker slow for every client; and
+# "secured": every broker also has SSL, mTLS, SASL_PLAINTEXT and SASL_SSL listeners, users and
+# ACLs for the security tests. It is
 # started here if it is not running (and stopped again afterwards); a cluster running in another
 # mode is restarted in relayed mode. Extra arguments go to `cargo test` (e.g. --test wire).
 set -euo pipefail
@@ -28,9 +30,9 @@ started_here=0
 # The status is captured first: `status | grep -q` under pipefail fails whenever grep's early exit
 # kills the status script with SIGPIPE, which restarted a perfectly good cluster.
 status=$(scripts/cluster.sh status 2>/dev/null) && status_ok=1 || status_ok=0
-if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status"; then
-  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running or direct-mode cluster
-  scripts/cluster.sh start --relayed
+if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status" || ! grep -qx 'secured yes' <<<"$status"; then
+  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running, direct or unsecured cluster
+  scripts/cluster.sh start --relayed --secured
   started_here=1
 fi
 cleanup() { if [ "$started_here" = 1 ]; then scripts/cluster.sh stop >/dev/null 2>&1 || true; fi; }
