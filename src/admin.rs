@@ -69,7 +69,11 @@ async fn respond(
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", handle.render()),
         ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", "/ready") if proxy.cluster.is_ready() && !proxy.cluster.node_ids().is_empty() => {
+        ("GET", "/ready")
+            if proxy.cluster.is_ready()
+                && (!proxy.cluster.node_ids().is_empty()
+                    || proxy.security.learns_brokers_from_clients()) =>
+        {
             ("200 OK", "text/plain", "ready\n".to_string())
         }
         ("GET", "/ready") => (

@@ -120,6 +120,12 @@ impl ClusterView {
         self.refreshed_once.load(Ordering::Relaxed)
     }
 
+    /// Ready without a metadata request of kroute's own (see
+    /// [`crate::security::UpstreamSecurity::learns_brokers_from_clients`]).
+    pub fn assume_ready(&self) {
+        self.refreshed_once.store(true, Ordering::Relaxed);
+    }
+
     /// Wakes whenever the set of brokers or their addresses change.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()

@@ -48,6 +48,13 @@ impl Proxy {
 /// streak is logged once when it starts and once when it ends.
 pub async fn refresh_metadata(proxy: Arc<Proxy>) {
     let config = &proxy.config;
+    if proxy.security.learns_brokers_from_clients() {
+        info!(
+            "upstream.sasl: passthrough without kroute credentials; brokers are learnt from clients' metadata"
+        );
+        proxy.cluster.assume_ready();
+        return;
+    }
     let mut failing = false;
     loop {
         let mut last_error = None;

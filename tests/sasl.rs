@@ -171,11 +171,17 @@ fn a_client_that_tries_sasl_on_an_originating_kroute_gets_a_clear_error() {
 
 #[test]
 fn passthrough_scram_clients_authenticate_themselves_over_upstream_tls() {
-    // No kroute credentials: the client's SASL goes to the broker over TLS that kroute adds.
-    let kroute = Kroute::start_with(kroute_on(
+    // No kroute credentials: the client's SASL goes to the broker over TLS that kroute adds,
+    // and kroute learns the brokers from the clients' metadata.
+    let kroute = Kroute::spawn_with(kroute_on(
         "sasl_ssl",
-        upstream_tls() + "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"*\"]\n",
+        upstream_tls()
+            + "[upstream.sasl]\nmode = \"passthrough\"\n\
+               [routing]\nstrategy = \"strict-cost\"\ninclude = [\"*\"]\n",
     ));
+    wait_for("kroute /ready", Duration::from_secs(30), || {
+        http_get(&kroute.admin, "/ready").filter(|r| r.0 == 200)
+    });
     let topic = unique("sasl-pass");
     create_topic(&topic, 3, &[]);
     let alice = java_sasl("SCRAM-SHA-256", "alice", "alice-secret");

@@ -66,8 +66,11 @@ pub struct SaslConfig {
     /// without SASL. `passthrough`: clients authenticate themselves over their own connection;
     /// kroute's credentials serve only its own connections (moved batches, metadata).
     pub mode: SaslMode,
-    /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.
-    pub mechanism: Mechanism,
+    /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER: kroute's own credentials. Only
+    /// passthrough may go without: kroute then opens no connection of its own (no moved
+    /// batches for SASL clients, no metadata refresh: it learns the brokers from clients).
+    #[serde(default)]
+    pub mechanism: Option<Mechanism>,
     /// User name (PLAIN and SCRAM).
     #[serde(default)]
     pub username: Option<String>,
@@ -181,7 +184,22 @@ pub fn validate(
 fn validate_sasl(s: &SaslConfig) -> Result<(), Invalid> {
     let password = s.password_file.is_some() as u8 + s.password_env.is_some() as u8;
     let token = s.token_file.is_some() as u8 + s.token_env.is_some() as u8;
-    if s.mechanism == Mechanism::OAuthBearer {
+    let Some(mechanism) = s.mechanism else {
+        if s.mode == SaslMode::Originate {
+            return Err((
+                "upstream.sasl.mechanism",
+                "originate needs kroute's own credentials: a mechanism".into(),
+            ));
+        }
+        if password + token > 0 || s.username.is_some() {
+            return Err((
+                "upstream.sasl.mechanism",
+                "credentials are given but no mechanism to use them with".into(),
+            ));
+        }
+        return Ok(());
+    };
+    if mechanism == Mechanism::OAuthBearer {
         if token != 1 {
             return Err((
                 "upstream.sasl.token_file",
@@ -196,7 +214,7 @@ fn validate_sasl(s: &SaslConfig) -> Result<(), Invalid> {
         }
         return Ok(());
     }
-    let mech = s.mechanism.name();
+    let mech = mechanism.name();
     if s.username.as_deref().is_none_or(str::is_empty) {
         return Err((
             "upstream.sasl.username",
@@ -272,6 +290,12 @@ mod tests {
             key_of("[upstream.tls]\nca_file = \"/nonexistent/ca.pem\"\n"),
             "upstream.tls"
         );
+        assert_eq!(key_of(sasl), "upstream.sasl.mechanism");
+        assert_eq!(
+            key_of("[upstream.sasl]\nmode = \"passthrough\"\nusername = \"u\"\n"),
+            "upstream.sasl.mechanism"
+        );
+        assert_eq!(key_of("[upstream.sasl]\nmode = \"passthrough\"\n"), "accepted");
         let listen = "[listen.tls]\ncert_file = \"/c\"\nkey_file = \"/k\"\n";
         assert_eq!(
             key_of(&format!("{listen}client_auth = \"required\"\n")),

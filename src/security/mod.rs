@@ -136,6 +136,13 @@ impl UpstreamSecurity {
         self.credentials.is_some()
     }
 
+    /// Passthrough without credentials of kroute's own: kroute cannot open authenticated
+    /// connections, so it learns the brokers from its clients' metadata answers instead of
+    /// asking itself.
+    pub fn learns_brokers_from_clients(&self) -> bool {
+        self.mode == Some(SaslMode::Passthrough) && self.credentials.is_none()
+    }
+
     /// In originate mode clients must not speak SASL to kroute.
     pub fn originates(&self) -> bool {
         self.mode == Some(SaslMode::Originate)

@@ -55,14 +55,15 @@ pub struct Credentials {
 impl Credentials {
     /// The credentials of a validated `[upstream.sasl]` section.
     pub fn from_config(c: &SaslConfig) -> Option<Credentials> {
-        let secret = match c.mechanism {
+        let mechanism = c.mechanism?;
+        let secret = match mechanism {
             Mechanism::OAuthBearer => {
                 SecretSource::from_options(c.token_file.as_ref(), c.token_env.as_ref())
             }
             _ => SecretSource::from_options(c.password_file.as_ref(), c.password_env.as_ref()),
         }?;
         Some(Credentials {
-            mechanism: c.mechanism,
+            mechanism,
             username: c.username.clone().unwrap_or_default(),
             secret,
         })
