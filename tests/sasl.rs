@@ -387,3 +387,73 @@ fn the_default_idempotent_producer_moves_off_a_slow_broker_on_sasl_ssl_exactly_o
     assert_eq!(read.count("unique"), 15000);
     kroute.assert_clean_logs(&[]);
 }
+
+/// An unsecured (alg none) JWT for `sub`, as the test brokers' default OAUTHBEARER validator
+/// accepts: valid for an hour.
+fn unsecured_token(sub: &str) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = format!(r#"{{"sub":"{sub}","iat":{now},"exp":{}}}"#, now + 3600);
+    format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(&claims))
+}
+
+#[test]
+fn originate_oauthbearer_reads_the_token_file_at_each_login() {
+    let token = std::env::temp_dir().join(unique("kroute-token"));
+    std::fs::write(&token, unsecured_token("kroute")).unwrap();
+    let toml = format!(
+        "[upstream.sasl]\nmode = \"originate\"\nmechanism = \"OAUTHBEARER\"\ntoken_file = \"{}\"\n",
+        token.display()
+    );
+    let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
+    let topic = unique("sasl-oauth");
+    create_topic(&topic, 3, &[]);
+    java_round_trip(&kroute.bootstrap, &topic, 200, &[]);
+    let logins = sasl_metric(&kroute, "kroute_sasl_authentications_total", "OAUTHBEARER");
+    assert!(logins >= 1.0);
+
+    // A token the broker refuses (expired a minute ago) is read by the next login, which fails:
+    // the file really is read at each login, not once.
+    use base64::Engine;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let expired = format!(
+        "{}.{}.",
+        b64(r#"{"alg":"none"}"#),
+        b64(&format!(
+            r#"{{"sub":"kroute","iat":{},"exp":{}}}"#,
+            now - 120,
+            now - 60
+        ))
+    );
+    std::fs::write(&token, &expired).unwrap();
+    let failures = |k: &Kroute| {
+        sasl_metric(
+            k,
+            "kroute_sasl_authentication_failures_total",
+            "OAUTHBEARER",
+        )
+    };
+    wait_for(
+        "a login with the expired token",
+        Duration::from_secs(30),
+        || (failures(&kroute) >= 1.0).then_some(()),
+    );
+    // A fresh token again: new connections log in.
+    std::fs::write(&token, unsecured_token("kroute")).unwrap();
+    let topic2 = unique("sasl-oauth");
+    create_topic(&topic2, 3, &[]);
+    java_round_trip(&kroute.bootstrap, &topic2, 100, &[]);
+    assert!(sasl_metric(&kroute, "kroute_sasl_authentications_total", "OAUTHBEARER") > logins);
+    let logs = kroute.logs().join("\n");
+    assert!(!logs.contains(&expired[..20]), "a token reached the log");
+    kroute.assert_clean_logs(&["authentication failed", "metadata refresh failed"]);
+    let _ = std::fs::remove_file(token);
+}

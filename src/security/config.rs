@@ -295,7 +295,10 @@ mod tests {
             key_of("[upstream.sasl]\nmode = \"passthrough\"\nusername = \"u\"\n"),
             "upstream.sasl.mechanism"
         );
-        assert_eq!(key_of("[upstream.sasl]\nmode = \"passthrough\"\n"), "accepted");
+        assert_eq!(
+            key_of("[upstream.sasl]\nmode = \"passthrough\"\n"),
+            "accepted"
+        );
         let listen = "[listen.tls]\ncert_file = \"/c\"\nkey_file = \"/k\"\n";
         assert_eq!(
             key_of(&format!("{listen}client_auth = \"required\"\n")),
