@@ -4,6 +4,8 @@
 #   bench/passthrough.sh            full run (defaults below, ~10 minutes on 2 cores)
 #   BENCH_ROUNDS=1 BENCH_RECORDS=20000 BENCH_FIXED_SECONDS=5 BENCH_DOCS=none bench/passthrough.sh
 #                                   smoke run
+#   BENCH_SECURITY=tls bench/passthrough.sh       the same with TLS on both sides
+#   BENCH_SECURITY=sasl_ssl bench/passthrough.sh  the same with SASL_SSL (SCRAM-SHA-512 as alice)
 #
 # Kafka's Java producer perf test (org.apache.kafka.tools.ProducerPerformance, 1 KiB records,
 # acks=all) produces to one fresh topic (6 partitions, RF 3, min.insync.replicas=2) three ways:
@@ -12,6 +14,24 @@
 #   relay   producer -> socat (plain TCP relay, one per broker) -> brokers: the L4 floor
 # in two phases: max throughput (--throughput -1) and a fixed offered load (--throughput N).
 # Every round runs each case once, in an order rotated per round, so drift hits all cases.
+#
+# Secured variants (BENCH_SECURITY): direct and kroute only; the relay case (and its namespace)
+# is skipped, the L4-floor comparison is the unsecured run's. The cluster must run as after
+# `scripts/cluster.sh start --direct --secured`; if it runs otherwise, the bench stops it,
+# starts it so, and at the end stops it and starts it again the way it ran before (with fresh
+# data: stop removes topics and delays); if none ran, it stops the one it started.
+#   tls       direct  producer (security.protocol=SSL, PEM trust store = the test CA) -> the
+#                     brokers' SSL listeners 127.0.0.1:19301-19303
+#             kroute  the same producer config -> kroute's TLS listener ([listen.tls]: the
+#                     brokers' certificate, SAN IP:127.0.0.1) -> kroute ([upstream.tls] ca_file
+#                     = the test CA) -> the SSL listeners
+#   sasl_ssl  direct  producer (SASL_SSL, SCRAM-SHA-512 as alice) -> the SASL_SSL listeners
+#                     127.0.0.1:19331-19333
+#             kroute  the same producer config -> kroute's TLS listener -> kroute in
+#                     [upstream.sasl] mode = "passthrough" without credentials of its own (the
+#                     client's SASL exchange goes through to the broker) -> [upstream.tls] -> the
+#                     SASL_SSL listeners. kroute then learns the brokers from the clients'
+#                     metadata, and /ready answers as soon as it listens.
 #
 # The relay case runs the producer in a network namespace that has no route to the host's
 # loopback. Inside it, an iptables OUTPUT DNAT rule turns 127.0.0.1:19092-19094 (the addresses
@@ -26,8 +46,11 @@
 #   - each relay round: the veth carried >= records x size bytes from the namespace
 #   - the namespace cannot reach an unrelayed host port (controller 127.0.0.1:19091)
 #   - the producer reported all records sent and no errors
+# Every run also records kroute's CPU seconds (utime+stime of /proc/<pid>/stat), reported per GB
+# of Produce request bytes kroute received.
 #
 # Environment (defaults in brackets):
+#   BENCH_SECURITY        none, tls or sasl_ssl (see above) [none]
 #   BENCH_ROUNDS          rounds per phase [5]
 #   BENCH_RECORDS         records per max-throughput run [200000]
 #   BENCH_RECORD_SIZE     bytes per record [1024]
@@ -37,14 +60,15 @@
 #   BENCH_FIXED_SECONDS   duration of each fixed-load run [20]
 #   BENCH_WARMUP_RECORDS  one uncounted run per case before the rounds (0 = none) [50000]
 #   BENCH_PHASES          "max fixed" (or one of them) [max fixed]
-#   BENCH_DOCS            file whose results section is replaced, "none" to skip
-#                         [docs/benchmarks.md]
+#   BENCH_DOCS            file whose results section (one per BENCH_SECURITY) is replaced,
+#                         "none" to skip [docs/benchmarks.md]
 #   BENCH_BUILD           1 = cargo build --release first [1]
 #   KROUTE_BIN            kroute binary [target/release/kroute]
-# Raw per-round lines and all logs: target/bench/ (results.tsv, raw/, kroute.log, socat*.log).
+# Raw per-round lines and all logs: target/bench/ (results.tsv, raw/, kroute.log, socat*.log);
+# secured modes: target/bench-tls/ and target/bench-sasl_ssl/ (plus client.properties).
 # Needs root (network namespace, veth, iptables inside the namespace); installs socat and
-# iptables with apt-get if missing. Starts the cluster if it is not running and stops it again
-# at the end only if it started it.
+# iptables with apt-get if missing (secured modes: neither). Starts the cluster if it is not
+# running and stops it again at the end only if it started it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -61,9 +85,13 @@ DOCS=${BENCH_DOCS:-docs/benchmarks.md}
 BUILD=${BENCH_BUILD:-1}
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
 
+SECURITY=${BENCH_SECURITY:-none}
 CASES=(direct kroute relay)
+[ "$SECURITY" = none ] || CASES=(direct kroute)
+RELAY=0; [[ " ${CASES[*]} " != *" relay "* ]] || RELAY=1
 BROKER_PORTS=(19092 19093 19094)
-DIRECT_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
+PLAIN_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
+DIRECT_BOOTSTRAP=$PLAIN_BOOTSTRAP   # what the direct case dials (secured modes: set below)
 KROUTE_BOOTSTRAP_PORT=9192
 KROUTE_BROKER_BASE=9200
 KROUTE_ADMIN=127.0.0.1:9744
@@ -73,6 +101,7 @@ VETH_NS=krbench1           # namespace end
 RELAY_IP=10.255.77.1       # host end address: the socat relays listen here
 NS_IP=10.255.77.2
 OUT=$REPO/target/bench
+[ "$SECURITY" = none ] || OUT=$REPO/target/bench-$SECURITY
 RAW=$OUT/raw
 RESULTS=$OUT/results.tsv
 TOPIC=kroute-bench-$(date +%s)
@@ -80,6 +109,7 @@ TOPIC=kroute-bench-$(date +%s)
 say() { echo "bench: $*" >&2; }
 die() { echo "bench: FAILED: $*" >&2; exit 1; }
 
+[[ $SECURITY =~ ^(none|tls|sasl_ssl)$ ]] || die "BENCH_SECURITY must be none, tls or sasl_ssl (got '$SECURITY')"
 for v in ROUNDS RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "BENCH_$v must be a non-negative integer (got '${!v}')"
 done
@@ -89,7 +119,7 @@ for p in $PHASES; do [[ $p == max || $p == fixed ]] || die "BENCH_PHASES: unknow
 if [[ $FIXED_RATE == auto && " $PHASES " == *" fixed "* && " $PHASES " != *" max "* ]]; then
   die "BENCH_FIXED_RATE=auto needs the max phase; give a rate"
 fi
-[ "$(id -u)" = 0 ] || die "needs root (network namespace + iptables for the relay case)"
+[ "$RELAY" = 0 ] || [ "$(id -u)" = 0 ] || die "needs root (network namespace + iptables for the relay case)"
 
 # ---------------------------------------------------------------------------------------------
 # tools
@@ -101,10 +131,12 @@ ensure_pkg() { # COMMAND PACKAGE
     die "apt-get install $2 failed"
   command -v "$1" >/dev/null || die "$1 still missing after installing $2"
 }
-ensure_pkg socat socat
-ensure_pkg iptables iptables
+if [ "$RELAY" = 1 ]; then
+  ensure_pkg socat socat
+  ensure_pkg iptables iptables
+  command -v ip >/dev/null || die "ip (iproute2) missing"
+fi
 ensure_pkg curl curl
-command -v ip >/dev/null || die "ip (iproute2) missing"
 command -v python3 >/dev/null || die "python3 missing"
 
 mkdir -p "$RAW"
@@ -113,6 +145,7 @@ mkdir -p "$RAW"
 # cleanup
 
 started_cluster=0
+restore_cluster=   # secured modes: the flags to start the cluster with again at the end
 kroute_pid=
 relay_pids=()
 topic_created=0
@@ -126,10 +159,18 @@ cleanup() {
     for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do kill -TERM "$c" 2>/dev/null; done
     kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null
   done
-  ip netns del "$NS" 2>/dev/null   # takes the veth pair with it
-  ip link del "$VETH_HOST" 2>/dev/null
+  if [ "$RELAY" = 1 ]; then
+    ip netns del "$NS" 2>/dev/null   # takes the veth pair with it
+    ip link del "$VETH_HOST" 2>/dev/null
+  fi
   if [ "$topic_created" = 1 ]; then scripts/cluster.sh delete-topic "$TOPIC" >/dev/null 2>&1; fi
-  if [ "$started_cluster" = 1 ]; then say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1; fi
+  if [ -n "$restore_cluster" ]; then
+    say "restoring the cluster as it ran before: scripts/cluster.sh stop; scripts/cluster.sh start $restore_cluster"
+    scripts/cluster.sh stop >/dev/null 2>&1
+    # shellcheck disable=SC2086  # the flags are words
+    KROUTE_CLUSTER_MODE= KROUTE_CLUSTER_SECURED= scripts/cluster.sh start $restore_cluster >/dev/null ||
+      { say "restoring the cluster FAILED"; rc=1; }
+  elif [ "$started_cluster" = 1 ]; then say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -157,6 +198,7 @@ kroute_connections() {
 # connections the namespace's DNAT rule redirected to the relays (the nat table sees the first
 # packet of each connection only)
 relay_connections() {
+  [ "$RELAY" = 1 ] || { echo 0; return; }
   ip netns exec "$NS" iptables -t nat -L OUTPUT -v -n -x | awk '$3 == "DNAT" { v += $1 } END { print v + 0 }'
 }
 
@@ -170,7 +212,7 @@ CLK_TCK=$(getconf CLK_TCK)
 relay_ticks() { local p t=0; for p in "${relay_pids[@]}"; do t=$((t + $(cpu_ticks "$p" children))); done; echo $t; }
 relay_children() { local p n=0; for p in "${relay_pids[@]}"; do n=$((n + $(ps -o pid= --ppid "$p" | wc -l))); done; echo $n; }
 no_relay_children() { [ "$(relay_children)" = 0 ]; }
-veth_rx() { cat "/sys/class/net/$VETH_HOST/statistics/rx_bytes"; }
+veth_rx() { if [ "$RELAY" = 1 ]; then cat "/sys/class/net/$VETH_HOST/statistics/rx_bytes"; else echo 0; fi; }
 
 kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://$KROUTE_ADMIN/ready" 2>/dev/null; }
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -179,18 +221,69 @@ ns_port_open() { ip netns exec "$NS" bash -c "(exec 3<>/dev/tcp/$1/$2) 2>/dev/nu
 # ---------------------------------------------------------------------------------------------
 # cluster, topic, kroute, relay
 
-if ! scripts/cluster.sh status >/dev/null 2>&1; then
-  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running cluster
-  say "starting the cluster"
-  KROUTE_CLUSTER_MODE=direct scripts/cluster.sh start >/dev/null
-  started_cluster=1
+if [ "$SECURITY" = none ]; then
+  if ! scripts/cluster.sh status >/dev/null 2>&1; then
+    scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running cluster
+    say "starting the cluster"
+    KROUTE_CLUSTER_MODE=direct scripts/cluster.sh start >/dev/null
+    started_cluster=1
+  fi
+else
+  # secured modes need `start --direct --secured`: a cluster running otherwise is restarted so,
+  # and restarted as it was by cleanup
+  cluster_status=$(scripts/cluster.sh status 2>/dev/null) && cluster_ok=1 || cluster_ok=0
+  prev_mode=$(awk '$1 == "mode" { print $2 }' <<<"$cluster_status")
+  prev_secured=$(awk '$1 == "secured" { print $2 }' <<<"$cluster_status")
+  if [ "$cluster_ok" = 1 ] && [ "$prev_mode" = direct ] && [ "$prev_secured" = yes ]; then
+    say "the cluster runs in direct mode, secured: using it as it is"
+  else
+    if grep -qE '^(controller|broker) .* running pid=' <<<"$cluster_status"; then
+      restore_cluster="--${prev_mode:-direct}"; [ "$prev_secured" != yes ] || restore_cluster+=" --secured"
+      say "the cluster runs in ${prev_mode:-?} mode, secured: ${prev_secured:-?}$([ "$cluster_ok" = 1 ] || echo ", not complete");" \
+        "restarting it --direct --secured (at the end: stop; start $restore_cluster)"
+    else
+      started_cluster=1
+    fi
+    scripts/cluster.sh stop >/dev/null 2>&1 || die "scripts/cluster.sh stop failed"
+    say "starting the cluster --direct --secured"
+    KROUTE_CLUSTER_MODE= KROUTE_CLUSTER_SECURED= scripts/cluster.sh start --direct --secured >/dev/null ||
+      die "scripts/cluster.sh start --direct --secured failed"
+  fi
 fi
 
 # the direct and relay cases need the brokers to advertise their own listeners (cluster.sh's
 # "direct" mode), not relays in front of them
 cluster_bootstrap=$(scripts/cluster.sh bootstrap)
-[ "$cluster_bootstrap" = "$DIRECT_BOOTSTRAP" ] ||
-  die "the cluster advertises $cluster_bootstrap, not $DIRECT_BOOTSTRAP (restart it in direct mode)"
+[ "$cluster_bootstrap" = "$PLAIN_BOOTSTRAP" ] ||
+  die "the cluster advertises $cluster_bootstrap, not $PLAIN_BOOTSTRAP (restart it in direct mode)"
+
+# secured modes: the listeners the direct case dials and kroute forwards to, the test PKI, and
+# the client settings both cases use (a properties file: the JAAS line contains '=' and spaces)
+CLIENT_CONFIG=()   # --producer.config FILE
+ADMIN_CONFIG=()    # --command-config FILE
+if [ "$SECURITY" != none ]; then
+  secured_info=$(scripts/cluster.sh secured) || die "scripts/cluster.sh secured failed (is the cluster secured?)"
+  secured_key() { sed -n "s/^$1=//p" <<<"$secured_info"; }
+  CA=$(secured_key ca); BROKER_CERT=$(secured_key broker_cert); BROKER_KEY=$(secured_key broker_key)
+  DIRECT_BOOTSTRAP=$(secured_key "$SECURITY")   # the ssl= or sasl_ssl= listeners
+  [ -n "$DIRECT_BOOTSTRAP" ] && [ -f "$CA" ] && [ -f "$BROKER_CERT" ] && [ -f "$BROKER_KEY" ] ||
+    die "scripts/cluster.sh secured lacks $SECURITY=, ca=, broker_cert= or broker_key= (got: $secured_info)"
+  {
+    echo "# written by bench/passthrough.sh (BENCH_SECURITY=$SECURITY)"
+    if [ "$SECURITY" = tls ]; then
+      echo "security.protocol=SSL"
+    else
+      echo "security.protocol=SASL_SSL"
+      echo "sasl.mechanism=SCRAM-SHA-512"
+      echo 'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="alice-secret";'
+    fi
+    echo "ssl.truststore.type=PEM"
+    echo "ssl.truststore.location=$CA"
+  } >"$OUT/client.properties"
+  CLIENT_CONFIG=(--producer.config "$OUT/client.properties")
+  ADMIN_CONFIG=(--command-config "$OUT/client.properties")
+  say "security $SECURITY: direct case -> $DIRECT_BOOTSTRAP; client settings $OUT/client.properties"
+fi
 KAFKA_LIB=$(scripts/cluster.sh lib)
 TOOL_LOG4J=$REPO/scripts/kafka/log4j2-tools.properties
 [ -f "$TOOL_LOG4J" ] || die "$TOOL_LOG4J missing"
@@ -199,9 +292,9 @@ PRODUCER_JVM=(java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack
   "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.ProducerPerformance)
 advertised=$(java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true \
     "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.BrokerApiVersionsCommand \
-    --bootstrap-server "$DIRECT_BOOTSTRAP" 2>/dev/null | sed -n 's/^\([^ ]*\) (id: .*/\1/p' | sort | tr '\n' ',')
+    --bootstrap-server "$DIRECT_BOOTSTRAP" "${ADMIN_CONFIG[@]}" 2>/dev/null | sed -n 's/^\([^ ]*\) (id: .*/\1/p' | sort | tr '\n' ',')
 [ "$advertised" = "$DIRECT_BOOTSTRAP," ] ||
-  die "brokers advertise '${advertised%,}' in metadata, expected $DIRECT_BOOTSTRAP (the relay case DNATs exactly those)"
+  die "brokers advertise '${advertised%,}' in metadata, expected $DIRECT_BOOTSTRAP (the relay case DNATs exactly those; the direct case must reach the brokers' own listeners)"
 say "brokers advertise ${advertised%,} (checked in metadata)"
 
 if [ "$BUILD" = 1 ]; then
@@ -219,7 +312,11 @@ scripts/cluster.sh create-topic "$TOPIC" --replica-assignment 1:2:3,2:3:1,3:1:2,
   --config min.insync.replicas=2 >/dev/null
 topic_created=1
 
-cat >"$OUT/kroute.toml" <<EOF
+# kroute forwards to the listeners the direct case dials; secured modes: TLS on both sides (the
+# brokers' certificate names 127.0.0.1, so kroute can serve it), sasl_ssl: SASL passthrough
+upstream_list=$(sed 's/^/"/; s/,/", "/g; s/$/"/' <<<"$DIRECT_BOOTSTRAP")
+{
+  cat <<EOF
 # written by bench/passthrough.sh
 [listen]
 bind_host = "127.0.0.1"
@@ -227,48 +324,76 @@ advertised_host = "127.0.0.1"
 bootstrap_port = $KROUTE_BOOTSTRAP_PORT
 broker_port_base = $KROUTE_BROKER_BASE
 
-[upstream]
-bootstrap_servers = ["127.0.0.1:19092", "127.0.0.1:19093", "127.0.0.1:19094"]
+EOF
+  [ "$SECURITY" = none ] || cat <<EOF
+[listen.tls]
+cert_file = "$BROKER_CERT"
+key_file = "$BROKER_KEY"
 
+EOF
+  cat <<EOF
+[upstream]
+bootstrap_servers = [$upstream_list]
+
+EOF
+  [ "$SECURITY" = none ] || cat <<EOF
+[upstream.tls]
+ca_file = "$CA"
+
+EOF
+  # no kroute credentials: clients authenticate themselves through kroute
+  [ "$SECURITY" != sasl_ssl ] || cat <<EOF
+[upstream.sasl]
+mode = "passthrough"
+
+EOF
+  cat <<EOF
 [admin]
 listen = "$KROUTE_ADMIN"
 EOF
+} >"$OUT/kroute.toml"
 "$KROUTE_BIN" --config "$OUT/kroute.toml" </dev/null >"$OUT/kroute.log" 2>&1 &
 kroute_pid=$!
+# /ready: kroute has learnt the cluster; in SASL passthrough without credentials it learns the
+# brokers from the clients' metadata instead, and is ready once it listens (its broker ports
+# open with the first client's metadata), so nothing more is waited for here
 poll 100 0.2 kroute_ready || { tail -n 20 "$OUT/kroute.log" >&2; die "kroute not ready within 20s"; }
-say "kroute pid $kroute_pid ready ($KROUTE_ADMIN)"
+say "kroute pid $kroute_pid ready ($KROUTE_ADMIN; config $OUT/kroute.toml)"
 
 # relay namespace: its only way out is the veth; 127.0.0.1:19092-19094 is DNATed to the relays
-ip netns del "$NS" 2>/dev/null || true
-ip link del "$VETH_HOST" 2>/dev/null || true
-if ip -4 -o addr show | grep -q " ${RELAY_IP%.*}\."; then die "${RELAY_IP%.*}.0/24 is in use on this host"; fi
-ip netns add "$NS"
-ip link add "$VETH_HOST" type veth peer name "$VETH_NS"
-ip link set "$VETH_NS" netns "$NS"
-ip addr add "$RELAY_IP/30" dev "$VETH_HOST"
-ip link set "$VETH_HOST" up
-ip -n "$NS" link set lo up
-ip -n "$NS" addr add "$NS_IP/30" dev "$VETH_NS"
-ip -n "$NS" link set "$VETH_NS" up
-# packets addressed to 127.0.0.1 may leave through the veth once DNATed ...
-ip netns exec "$NS" sysctl -qw net.ipv4.conf.all.route_localnet=1 "net.ipv4.conf.$VETH_NS.route_localnet=1"
-ip netns exec "$NS" iptables -t nat -A OUTPUT -d 127.0.0.1/32 -p tcp --dport 19092:19094 \
-  -j DNAT --to-destination "$RELAY_IP"
-# ... with the namespace's veth address as source (127.0.0.1 is not routable on the veth)
-ip netns exec "$NS" iptables -t nat -A POSTROUTING -o "$VETH_NS" -j SNAT --to-source "$NS_IP"
-for p in "${BROKER_PORTS[@]}"; do
-  socat "TCP4-LISTEN:$p,bind=$RELAY_IP,reuseaddr,fork,nodelay" "TCP4:127.0.0.1:$p,nodelay" \
-    </dev/null >"$OUT/socat-$p.log" 2>&1 &
-  relay_pids+=($!)
-done
-for p in "${BROKER_PORTS[@]}"; do
-  poll 50 0.1 port_open "$RELAY_IP" "$p" || die "socat relay on $RELAY_IP:$p did not come up"
-  poll 1 0 ns_port_open 127.0.0.1 "$p" || die "namespace cannot reach broker port $p through the relay"
-done
-poll 50 0.1 no_relay_children || die "relay probe connections did not close"
-# the controller port is not relayed: if the namespace could reach the host loopback, this would connect
-if ns_port_open 127.0.0.1 19091; then die "namespace $NS reaches the host's 127.0.0.1 directly: relay case invalid"; fi
-say "relay: namespace $NS -> DNAT -> socat on $RELAY_IP:19092-19094 (pids ${relay_pids[*]}) -> brokers; unrelayed 127.0.0.1:19091 unreachable from the namespace (checked)"
+setup_relay() {
+  ip netns del "$NS" 2>/dev/null || true
+  ip link del "$VETH_HOST" 2>/dev/null || true
+  if ip -4 -o addr show | grep -q " ${RELAY_IP%.*}\."; then die "${RELAY_IP%.*}.0/24 is in use on this host"; fi
+  ip netns add "$NS"
+  ip link add "$VETH_HOST" type veth peer name "$VETH_NS"
+  ip link set "$VETH_NS" netns "$NS"
+  ip addr add "$RELAY_IP/30" dev "$VETH_HOST"
+  ip link set "$VETH_HOST" up
+  ip -n "$NS" link set lo up
+  ip -n "$NS" addr add "$NS_IP/30" dev "$VETH_NS"
+  ip -n "$NS" link set "$VETH_NS" up
+  # packets addressed to 127.0.0.1 may leave through the veth once DNATed ...
+  ip netns exec "$NS" sysctl -qw net.ipv4.conf.all.route_localnet=1 "net.ipv4.conf.$VETH_NS.route_localnet=1"
+  ip netns exec "$NS" iptables -t nat -A OUTPUT -d 127.0.0.1/32 -p tcp --dport 19092:19094 \
+    -j DNAT --to-destination "$RELAY_IP"
+  # ... with the namespace's veth address as source (127.0.0.1 is not routable on the veth)
+  ip netns exec "$NS" iptables -t nat -A POSTROUTING -o "$VETH_NS" -j SNAT --to-source "$NS_IP"
+  for p in "${BROKER_PORTS[@]}"; do
+    socat "TCP4-LISTEN:$p,bind=$RELAY_IP,reuseaddr,fork,nodelay" "TCP4:127.0.0.1:$p,nodelay" \
+      </dev/null >"$OUT/socat-$p.log" 2>&1 &
+    relay_pids+=($!)
+  done
+  for p in "${BROKER_PORTS[@]}"; do
+    poll 50 0.1 port_open "$RELAY_IP" "$p" || die "socat relay on $RELAY_IP:$p did not come up"
+    poll 1 0 ns_port_open 127.0.0.1 "$p" || die "namespace cannot reach broker port $p through the relay"
+  done
+  poll 50 0.1 no_relay_children || die "relay probe connections did not close"
+  # the controller port is not relayed: if the namespace could reach the host loopback, this would connect
+  if ns_port_open 127.0.0.1 19091; then die "namespace $NS reaches the host's 127.0.0.1 directly: relay case invalid"; fi
+  say "relay: namespace $NS -> DNAT -> socat on $RELAY_IP:19092-19094 (pids ${relay_pids[*]}) -> brokers; unrelayed 127.0.0.1:19091 unreachable from the namespace (checked)"
+}
+[ "$RELAY" = 0 ] || setup_relay
 
 # ---------------------------------------------------------------------------------------------
 # one producer run
@@ -281,7 +406,7 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   local phase=$1 round=$2 case=$3 n=$4 tput=$5
   local log="$RAW/$phase-$round-$case.log" bootstrap prefix=()
   case $case in
-    direct) bootstrap=$DIRECT_BOOTSTRAP ;;
+    direct) bootstrap=$DIRECT_BOOTSTRAP ;;   # secured modes: the brokers' SSL / SASL_SSL listeners
     kroute) bootstrap=127.0.0.1:$KROUTE_BOOTSTRAP_PORT ;;
     relay)  bootstrap=$DIRECT_BOOTSTRAP; prefix=(ip netns exec "$NS") ;;  # same addresses, namespace relays them
   esac
@@ -289,7 +414,7 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   kb0=$(kroute_produce_bytes); kr0=$(kroute_produce_requests); kc0=$(kroute_connections); kt0=$(cpu_ticks "$kroute_pid")
   rb0=$(veth_rx); rc0=$(relay_connections); rt0=$(relay_ticks); t0=$(date +%s.%N)
   if ! "${prefix[@]}" "${PRODUCER_JVM[@]}" \
-      --topic "$TOPIC" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" \
+      --topic "$TOPIC" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" "${CLIENT_CONFIG[@]}" \
       --producer-props "bootstrap.servers=$bootstrap" acks=all "client.id=kroute-bench-$case" \
       >"$log" 2>&1; then
     tail -n 20 "$log" >&2; die "producer failed ($phase round $round, $case): $log"
@@ -376,7 +501,10 @@ source bench/common.sh
 bench_identity bench/passthrough.sh
 BENCH_META=$(cat <<EOF
 $(bench_machine_meta)
-socat=$(socat -V | sed -n 's/^socat version \([^ ]*\).*/\1/p')
+socat=$([ "$RELAY" = 0 ] || socat -V | sed -n 's/^socat version \([^ ]*\).*/\1/p')
+security=$SECURITY
+cases=${CASES[*]}
+direct_bootstrap=$DIRECT_BOOTSTRAP
 rounds=$ROUNDS
 records=$RECORDS
 record_size=$RECORD_SIZE

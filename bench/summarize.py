@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Summarizes bench/passthrough.sh results (target/bench/results.tsv).
+"""Summarizes bench/passthrough.sh results (target/bench/results.tsv; BENCH_SECURITY=tls and
+sasl_ssl: target/bench-tls/, target/bench-sasl_ssl/).
 
   summarize.py RESULTS.tsv DOCS.md|none     print the Markdown report; replace the results
-                                            section of DOCS.md (between the bench markers)
+                                            section of DOCS.md for the run's security mode
+                                            (between that mode's bench markers)
   summarize.py --fixed-rate FRACTION RESULTS.tsv
                                             print FRACTION x median direct max records/s,
                                             rounded down to 100 (the auto fixed load)
 
-Run metadata comes from the BENCH_META environment variable (key=value lines).
+Run metadata comes from the BENCH_META environment variable (key=value lines; security=
+none|tls|sasl_ssl picks the section, none if absent).
 """
 import csv
 import os
@@ -17,8 +20,35 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import replace_section  # noqa: E402
 
 CASES = ["direct", "kroute", "relay"]
-START = "<!-- bench/passthrough.sh results: start (generated, replaced on every run) -->"
-END = "<!-- bench/passthrough.sh results: end -->"
+# per BENCH_SECURITY: the section's start and end markers, the heading it gets appended under if
+# the markers are missing, and what the cases are in that mode
+SECTIONS = {
+    "none": (
+        "<!-- bench/passthrough.sh results: start (generated, replaced on every run) -->",
+        "<!-- bench/passthrough.sh results: end -->",
+        "## Results",
+        None,
+    ),
+    "tls": (
+        "<!-- bench/passthrough.sh tls results: start (generated, replaced on every run) -->",
+        "<!-- bench/passthrough.sh tls results: end -->",
+        "## Pass-through results: TLS on both sides",
+        "TLS on both sides (`BENCH_SECURITY=tls`): direct = producer with `security.protocol=SSL` "
+        "(PEM trust store: the test CA) to the brokers' SSL listeners {direct}; kroute = the same "
+        "producer settings to kroute's TLS listener (`[listen.tls]`: the brokers' certificate), kroute "
+        "-> `[upstream.tls]` (`ca_file`: the test CA) -> the same SSL listeners",
+    ),
+    "sasl_ssl": (
+        "<!-- bench/passthrough.sh sasl_ssl results: start (generated, replaced on every run) -->",
+        "<!-- bench/passthrough.sh sasl_ssl results: end -->",
+        "## Pass-through results: SASL_SSL",
+        "SASL_SSL (`BENCH_SECURITY=sasl_ssl`): direct = producer with `security.protocol=SASL_SSL`, "
+        "SCRAM-SHA-512 as alice (PEM trust store: the test CA) to the brokers' SASL_SSL listeners "
+        "{direct}; kroute = the same producer settings to kroute's TLS listener, kroute in "
+        '`[upstream.sasl] mode = "passthrough"` without credentials of its own (the client\'s SCRAM '
+        "exchange goes through to the broker) -> `[upstream.tls]` -> the same SASL_SSL listeners",
+    ),
+}
 
 # targets from the issue
 T_THROUGHPUT = 0.95  # kroute >= 0.95x direct throughput at max load
@@ -63,6 +93,10 @@ def fmt_ratio(x):
     return "n/a" if x != x else f"{x:.3f}x"
 
 
+def has_relay(rows):
+    return any(r["case"] == "relay" for r in rows)
+
+
 def phase_table(rows, phase):
     rs = [r for r in rows if r["phase"] == phase]
     if not rs:
@@ -95,9 +129,10 @@ def phase_table(rows, phase):
         p99=paired(rows, phase, "p99_ms", "kroute", "relay"),
     )
     kr = ratios["kroute/relay"]
-    out.append(
-        f"| kroute vs relay | | | | | {fmt_ratio(kr['tput'])} | {fmt_ratio(kr['avg'])} | {fmt_ratio(kr['p99'])} |"
-    )
+    if has_relay(rs):
+        out.append(
+            f"| kroute vs relay | | | | | {fmt_ratio(kr['tput'])} | {fmt_ratio(kr['avg'])} | {fmt_ratio(kr['p99'])} |"
+        )
     out.append("")
     if phase == "fixed":
         short = [r for r in rs if r["records_per_s"] < SUSTAIN * offered]
@@ -112,34 +147,59 @@ def phase_table(rows, phase):
     return "\n".join(out), ratios
 
 
+def per_gb(cpu_s, nbytes):
+    return cpu_s / (nbytes / 1e9) if nbytes else float("nan")
+
+
+def kroute_cpu_per_gb(rows, phase):
+    """kroute CPU seconds per GB of Produce request bytes over a phase's kroute runs"""
+    k = [r for r in rows if r["phase"] == phase and r["case"] == "kroute"]
+    return sum(r["kroute_cpu_s"] for r in k), sum(r["kroute_produce_bytes"] for r in k)
+
+
 def cpu_lines(rows):
+    relay = has_relay(rows)
     out = ["**Proxy CPU cost** (CPU seconds of the proxy process per GB it received from the producer)", ""]
-    out.append("| phase | kroute CPU s | kroute Produce GB | kroute CPU s/GB | socat CPU s | relay GB | socat CPU s/GB |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    cols = ["phase", "kroute CPU s", "kroute Produce GB", "kroute CPU s/GB"]
+    if relay:
+        cols += ["socat CPU s", "relay GB", "socat CPU s/GB"]
+    out.append("| " + " | ".join(cols) + " |")
+    out.append("|---|" + "---:|" * (len(cols) - 1))
     for phase in ("max", "fixed"):
-        k = [r for r in rows if r["phase"] == phase and r["case"] == "kroute"]
         s = [r for r in rows if r["phase"] == phase and r["case"] == "relay"]
-        if not k and not s:
+        kc, kb = kroute_cpu_per_gb(rows, phase)
+        if not kb and not s:
             continue
-        kc, kb = sum(r["kroute_cpu_s"] for r in k), sum(r["kroute_produce_bytes"] for r in k) / 1e9
-        sc, sb = sum(r["relay_cpu_s"] for r in s), sum(r["relay_bytes"] for r in s) / 1e9
-        out.append(
-            f"| {phase} | {kc:.2f} | {kb:.3f} | {kc / kb if kb else float('nan'):.2f} | "
-            f"{sc:.2f} | {sb:.3f} | {sc / sb if sb else float('nan'):.2f} |"
-        )
+        line = f"| {phase} | {kc:.2f} | {kb / 1e9:.3f} | {per_gb(kc, kb):.2f} |"
+        if relay:
+            sc, sb = sum(r["relay_cpu_s"] for r in s), sum(r["relay_bytes"] for r in s)
+            line += f" {sc:.2f} | {sb / 1e9:.3f} | {per_gb(sc, sb):.2f} |"
+        out.append(line)
     out.append("")
     return "\n".join(out)
 
 
 def evidence(rows):
-    out = ["**Traffic went where it should** (per-run counter deltas; the bench fails otherwise)", ""]
-    out.append("| phase | round | case | records x size | kroute Produce bytes (requests, connections) | relay veth bytes (connections) |")
-    out.append("|---|---|---|---:|---:|---:|")
+    relay = has_relay(rows)
+    out = [
+        "**Traffic went where it should** (per-run counter deltas; the bench fails otherwise) "
+        "and kroute's CPU per run (in direct/relay runs: kroute idle)",
+        "",
+    ]
+    out.append(
+        "| phase | round | case | records/s | p99 ms | records x size | kroute Produce bytes (requests, connections) | kroute CPU s (s/GB) |"
+        + (" relay veth bytes (connections) |" if relay else "")
+    )
+    out.append("|---|---|---|---:|---:|---:|---:|---:|" + ("---:|" if relay else ""))
     for r in rows:
+        cpu = f"{r['kroute_cpu_s']:.2f}"
+        if r["case"] == "kroute":
+            cpu += f" ({per_gb(r['kroute_cpu_s'], r['kroute_produce_bytes']):.2f})"
         out.append(
-            f"| {r['phase']} | {r['round']} | {r['case']} | {r['records'] * record_size():.0f} | "
-            f"{r['kroute_produce_bytes']:.0f} ({r['kroute_produce_requests']:.0f}, {r['kroute_connections']:.0f}) | "
-            f"{r['relay_bytes']:.0f} ({r['relay_connections']:.0f}) |"
+            f"| {r['phase']} | {r['round']} | {r['case']} | {r['records_per_s']:.0f} | {r['p99_ms']:.0f} | "
+            f"{r['records'] * record_size():.0f} | "
+            f"{r['kroute_produce_bytes']:.0f} ({r['kroute_produce_requests']:.0f}, {r['kroute_connections']:.0f}) | {cpu} |"
+            + (f" {r['relay_bytes']:.0f} ({r['relay_connections']:.0f}) |" if relay else "")
         )
     out.append("")
     return "\n".join(out)
@@ -153,9 +213,17 @@ def verdict(ok):
     return "PASS" if ok else "MISS"
 
 
+def security():
+    mode = META.get("security", "none")
+    if mode not in SECTIONS:
+        sys.exit(f"summarize.py: unknown security mode '{mode}' in BENCH_META")
+    return mode
+
+
 def report(rows):
     parts = []
     m = META
+    relay = has_relay(rows)
     parts.append(f"### Run of {m.get('date', '?')}")
     parts.append("")
     parts.append("```")
@@ -168,8 +236,12 @@ def report(rows):
     )
     parts.append(
         f"- kroute {m.get('kroute', '?')} (release build); Apache Kafka {m.get('kafka', '?')} "
-        f"(1 controller + 3 brokers, scripts/cluster.sh); {m.get('java', '?')}; socat {m.get('socat', '?')}"
+        f"(1 controller + 3 brokers, scripts/cluster.sh); {m.get('java', '?')}"
+        + (f"; socat {m.get('socat', '?')}" if relay else "")
     )
+    desc = SECTIONS[security()][3]
+    if desc:
+        parts.append("- " + desc.format(direct=m.get("direct_bootstrap", "?")) + "; no relay case")
     parts.append(
         f"- {m.get('rounds', '?')} rounds per phase, cases in rotating order; max: {m.get('records', '?')} records per run; "
         f"fixed: {m.get('fixed_rate', '?')} records/s (setting: {m.get('fixed_rate_setting', '?')}"
@@ -192,13 +264,22 @@ def report(rows):
         t = ratios["max"]["kroute"]["tput"]
         v.append(f"- throughput >= {T_THROUGHPUT}x direct at max load: {fmt_ratio(t)} - {verdict(t >= T_THROUGHPUT)}")
         t = ratios["max"]["kroute/relay"]["tput"]
-        v.append(f"- within 5% of the L4 relay (max throughput >= {T_RELAY}x relay): {fmt_ratio(t)} - {verdict(t >= T_RELAY)}")
+        if relay:
+            v.append(f"- within 5% of the L4 relay (max throughput >= {T_RELAY}x relay): {fmt_ratio(t)} - {verdict(t >= T_RELAY)}")
     if "fixed" in ratios and "kroute" in ratios["fixed"]:
         p = ratios["fixed"]["kroute"]["p99"]
         note = " (offered load not sustained by every run, see above)" if ratios["fixed"].get("unsustained") else ""
         v.append(f"- p99 <= {T_P99}x direct at fixed load: {fmt_ratio(p)} - {verdict(p <= T_P99)}{note}")
         kr = ratios["fixed"]["kroute/relay"]
-        v.append(f"- for reference, kroute vs relay at fixed load: avg {fmt_ratio(kr['avg'])}, p99 {fmt_ratio(kr['p99'])}")
+        if relay:
+            v.append(f"- for reference, kroute vs relay at fixed load: avg {fmt_ratio(kr['avg'])}, p99 {fmt_ratio(kr['p99'])}")
+    cpu = []
+    for phase in ("max", "fixed"):
+        kc, kb = kroute_cpu_per_gb(rows, phase)
+        if kb:
+            cpu.append(f"{per_gb(kc, kb):.2f} s/GB at {phase} load")
+    if cpu:
+        v.append(f"- kroute CPU per GB of Produce requests (reported, no target): {', '.join(cpu)}")
     v.append("")
     parts.append("\n".join(v))
     parts.append(evidence(rows))
@@ -206,7 +287,8 @@ def report(rows):
 
 
 def write_docs(path, text):
-    replace_section(path, START, END, text, "## Results")
+    start, end, heading, _ = SECTIONS[security()]
+    replace_section(path, start, end, text, heading)
 
 META = {}
 
@@ -222,6 +304,7 @@ def main():
         if "=" in line:
             k, v = line.split("=", 1)
             META[k] = v
+    security()  # a valid mode, before anything is written
     rows = load(sys.argv[1])
     text = report(rows)
     print(text)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use crate::security::config::{
-    ClientAuth, Mechanism, SaslConfig, SaslMode, TlsConfig, UpstreamTlsConfig,
+    ClientAuth, Mechanism, OAuthConfig, SaslConfig, SaslMode, TlsConfig, UpstreamTlsConfig,
 };
 
 /// The whole configuration file.

@@ -76,8 +76,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (admin.listen)", config.admin.listen))?;
     info!(address = %admin_listener.local_addr()?, "admin endpoint ready");
 
-    let proxy =
-        Proxy::new(config, Metrics::new()).map_err(|e| anyhow::anyhow!("upstream.tls: {e}"))?;
+    let proxy = Proxy::new(config, Metrics::new()).map_err(|e| anyhow::anyhow!("security: {e}"))?;
     tokio::spawn(admin::serve(admin_listener, handle, proxy.clone()));
     tokio::spawn(refresh_metadata(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));

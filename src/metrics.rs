@@ -56,6 +56,8 @@ pub struct ProtocolErrors {
     pub oversize: Counter,
     pub truncated: Counter,
     pub bad_header: Counter,
+    /// A SaslHandshake v0 kroute cannot pass through (raw tokens of an unknown mechanism).
+    pub unsupported_sasl: Counter,
 }
 
 /// Counters for batches moved from one broker to another, for one topic.
@@ -230,6 +232,7 @@ impl Metrics {
                 oversize: error("oversize"),
                 truncated: error("truncated"),
                 bad_header: error("bad_header"),
+                unsupported_sasl: error("unsupported_sasl"),
             },
             rewrite_errors: counter!("kroute_rewrite_errors_total"),
             upstream_protocol_errors: counter!("kroute_upstream_protocol_errors_total"),

@@ -61,6 +61,8 @@ pub struct PendingReply {
     pub correlation_id: i32,
     reply: Option<oneshot::Sender<Reply>>,
     hook: Option<AnswerHook>,
+    /// A raw SASL token (after SaslHandshake v0): its answer has no header to check.
+    raw: bool,
 }
 
 impl PendingReply {
@@ -76,7 +78,14 @@ impl PendingReply {
             correlation_id,
             reply: Some(reply),
             hook: None,
+            raw: false,
         }
+    }
+
+    /// Expects the answer to a raw SASL token ([`crate::security::passthrough`]).
+    pub fn raw_token(mut self) -> Self {
+        self.raw = true;
+        self
     }
 
     pub fn with_hook(mut self, hook: AnswerHook) -> Self {
@@ -439,6 +448,7 @@ async fn read_responses(
             score.answered(sent, now, &proxy.router.scores.config);
         }
         match response_correlation_id(&frame) {
+            _ if pending.raw => {}
             Ok(id) if id == pending.correlation_id => {}
             _ => {
                 proxy.metrics.upstream_protocol_errors.increment(1);

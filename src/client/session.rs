@@ -24,6 +24,7 @@ use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
 use crate::route::{Merge, Plan, Split, plan};
+use crate::security::passthrough::{ClientSasl, ObserveError, UnsupportedV0};
 use crate::security::permit::WrittenTopics;
 use crate::security::{Identity, Permit, originate};
 use crate::upstream::{AnswerHook, Outbound, PendingReply, Reply, Upstream, UpstreamGone};
@@ -114,6 +115,8 @@ enum ClientError {
     Header(#[from] Malformed),
     #[error(transparent)]
     Upstream(#[from] UpstreamGone),
+    #[error(transparent)]
+    Sasl(#[from] UnsupportedV0),
 }
 
 /// Keeps the active-connections gauge honest however the session ends.
@@ -176,6 +179,7 @@ fn count_protocol_error(proxy: &Proxy, e: &ClientError) {
         ClientError::Frame(FrameError::TooLarge { .. }) => errors.oversize.increment(1),
         ClientError::Frame(FrameError::Truncated(_)) => errors.truncated.increment(1),
         ClientError::Header(_) => errors.bad_header.increment(1),
+        ClientError::Sasl(_) => errors.unsupported_sasl.increment(1),
         ClientError::Frame(FrameError::Io(_)) | ClientError::Upstream(_) => {}
     }
 }
@@ -218,11 +222,15 @@ async fn read_requests(
     let home = upstreams.home.node_id;
     // Side connections carry kroute's identity, not the client's: once the client
     // authenticates, its batches move only where it may write itself.
-    let mut permit = Permit::Any;
+    let mut sasl = ClientSasl::default();
     let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
     let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
     while let Some(frame) = frames.next().await {
         let frame = frame?;
+        if sasl.take_raw_token() {
+            forward_raw_token(&upstreams.home, &slots, frame).await?;
+            continue;
+        }
         let head = RequestHead::parse(&frame)?;
         let api = proxy.metrics.api(head.api_key);
         api.requests.increment(1);
@@ -233,32 +241,17 @@ async fn read_requests(
         if matches!(
             head.api(),
             Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
-        ) {
-            if proxy.security.originates()
-                && let Some(payload) = originate::refusal(&head)
-            {
-                if permit.is_any() {
-                    proxy.security.metrics.client_sasl_refused();
-                    warn!(
-                        ?home,
-                        "a client tried SASL, but kroute authenticates upstream itself (upstream.sasl.mode = \"originate\"): refused"
-                    );
-                    permit = Permit::Nothing;
-                }
-                let slot = Slot::Ready {
-                    api_key: head.api_key,
-                    payload,
-                };
-                slots.send(slot).await.map_err(|_| UpstreamGone)?;
-                continue;
-            }
-            if permit.is_any() {
-                permit =
-                    Permit::for_authenticated_client(proxy.security.routes_authenticated_clients());
-                upstreams.home.client_authenticated();
-            }
+        ) && let Some(payload) = client_sasl(proxy, &mut sasl, &upstreams.home, &head, &frame)?
+        {
+            let slot = Slot::Ready {
+                api_key: head.api_key,
+                payload,
+            };
+            slots.send(slot).await.map_err(|_| UpstreamGone)?;
+            continue;
         }
-        match plan(proxy, home, &permit, &head, &frame)? {
+        let permit = sasl.permit();
+        match plan(proxy, home, permit, &head, &frame)? {
             Plan::ForwardNoReply => {
                 let out = Outbound {
                     frame,
@@ -279,7 +272,7 @@ async fn read_requests(
                     .await
                     .map_err(|_| UpstreamGone)?;
                 let mut reply = pending(tx);
-                if let Permit::Written(written) = &permit
+                if let Permit::Written(written) = permit
                     && head.api() == Some(ApiKey::Produce)
                 {
                     reply = reply.with_hook(learn_written_topics(written, head.api_version));
@@ -328,6 +321,58 @@ async fn read_requests(
             }
         }
     }
+    Ok(())
+}
+
+/// A SASL request of the client's: refused by kroute itself in originate mode (the answer is
+/// returned), else noted ([`ClientSasl`]) and left to be forwarded.
+fn client_sasl(
+    proxy: &Proxy,
+    sasl: &mut ClientSasl,
+    home: &Upstream,
+    head: &RequestHead,
+    frame: &Bytes,
+) -> Result<Option<Bytes>, ClientError> {
+    if proxy.security.originates() {
+        let refusal = originate::refusal(head);
+        if refusal.is_some() && head.api() == Some(ApiKey::SaslHandshake) {
+            proxy.security.metrics.client_sasl_refused();
+            warn!(
+                broker = home.node_id,
+                "a client tried SASL, but kroute authenticates upstream itself (upstream.sasl.mode = \"originate\"): refused"
+            );
+        }
+        return Ok(refusal);
+    }
+    let kroute_has_credentials = proxy.security.routes_authenticated_clients();
+    match sasl.observe(head, frame, kroute_has_credentials) {
+        Ok(true) => home.client_authenticated(),
+        Ok(false) => {}
+        Err(ObserveError::Malformed(e)) => return Err(e.into()),
+        Err(ObserveError::Unsupported(e)) => return Err(e.into()),
+    }
+    Ok(None)
+}
+
+/// Forwards a raw SASL token (after a SaslHandshake v0); the broker's raw answer comes back
+/// in its place in the reply order.
+async fn forward_raw_token(
+    home: &Upstream,
+    slots: &mpsc::Sender<Slot>,
+    frame: Bytes,
+) -> Result<(), ClientError> {
+    let (tx, reply) = oneshot::channel();
+    let api_key = ApiKey::SaslAuthenticate as i16;
+    slots
+        .send(Slot::Waiting { api_key, reply })
+        .await
+        .map_err(|_| UpstreamGone)?;
+    let pending = PendingReply::new(api_key, 0, 0, tx).raw_token();
+    let out = Outbound {
+        frame,
+        pending: Some(pending),
+    };
+    home.send(out).await?;
     Ok(())
 }
 

@@ -86,6 +86,26 @@ pub struct SaslConfig {
     /// Environment variable holding the OAUTHBEARER token.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// OAUTHBEARER tokens from an OAuth 2 token endpoint instead (client credentials).
+    #[serde(default)]
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// An OAuth 2 token endpoint kroute gets OAUTHBEARER tokens from (client-credentials grant).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    pub token_endpoint_url: String,
+    pub client_id: String,
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// CA bundle (PEM) for the endpoint's certificate; absent: Mozilla's roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -183,7 +203,8 @@ pub fn validate(
 
 fn validate_sasl(s: &SaslConfig) -> Result<(), Invalid> {
     let password = s.password_file.is_some() as u8 + s.password_env.is_some() as u8;
-    let token = s.token_file.is_some() as u8 + s.token_env.is_some() as u8;
+    let token =
+        s.token_file.is_some() as u8 + s.token_env.is_some() as u8 + s.oauth.is_some() as u8;
     let Some(mechanism) = s.mechanism else {
         if s.mode == SaslMode::Originate {
             return Err((
@@ -203,8 +224,26 @@ fn validate_sasl(s: &SaslConfig) -> Result<(), Invalid> {
         if token != 1 {
             return Err((
                 "upstream.sasl.token_file",
-                "OAUTHBEARER needs exactly one token source: token_file or token_env".into(),
+                "OAUTHBEARER needs exactly one token source: token_file, token_env or [upstream.sasl.oauth]".into(),
             ));
+        }
+        if let Some(o) = &s.oauth {
+            let secrets =
+                o.client_secret_file.is_some() as u8 + o.client_secret_env.is_some() as u8;
+            if secrets != 1 {
+                return Err((
+                    "upstream.sasl.oauth.client_secret_file",
+                    "needs exactly one client secret source: client_secret_file or client_secret_env".into(),
+                ));
+            }
+            if !o.token_endpoint_url.starts_with("https://")
+                && !o.token_endpoint_url.starts_with("http://")
+            {
+                return Err((
+                    "upstream.sasl.oauth.token_endpoint_url",
+                    "must be an http:// or https:// URL".into(),
+                ));
+            }
         }
         if password > 0 || s.username.is_some() {
             return Err((

@@ -16,6 +16,7 @@ pub mod config;
 pub mod listener_tls;
 pub mod metrics;
 pub mod originate;
+pub mod passthrough;
 pub mod permit;
 pub mod reload;
 pub mod sasl;
@@ -123,7 +124,12 @@ impl UpstreamSecurity {
         let sasl = upstream.sasl.as_ref();
         Ok(UpstreamSecurity {
             tls,
-            credentials: sasl.and_then(Credentials::from_config).map(Arc::new),
+            credentials: sasl
+                .map(Credentials::from_config)
+                .transpose()
+                .map_err(|e| format!("upstream.sasl.oauth: {e}"))?
+                .flatten()
+                .map(Arc::new),
             mode: sasl.map(|s| s.mode),
             max_frame_bytes: config.limits.max_frame_bytes,
             metrics,

@@ -8,9 +8,11 @@
 //! client's requests on the live connection ([`crate::upstream`] provides that transport).
 
 mod mechanism;
+mod oauth;
 mod scram;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -22,9 +24,10 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 pub use mechanism::{Exchange, Step, start};
 
-use super::secret::SecretSource;
+use super::secret::{Secret, SecretSource};
 use crate::config::{Mechanism, SaslConfig};
 use crate::protocol::header::split_response;
+use oauth::TokenEndpoint;
 
 /// SaslHandshake v1: tokens then travel in SaslAuthenticate requests (v0 would send them raw).
 const HANDSHAKE_VERSION: i16 = 1;
@@ -49,24 +52,45 @@ pub trait SaslTransport {
 pub struct Credentials {
     pub mechanism: Mechanism,
     username: String,
-    secret: SecretSource,
+    secret: Source,
+}
+
+/// Where the password or token comes from.
+enum Source {
+    Local(SecretSource),
+    Endpoint(Arc<TokenEndpoint>),
 }
 
 impl Credentials {
-    /// The credentials of a validated `[upstream.sasl]` section.
-    pub fn from_config(c: &SaslConfig) -> Option<Credentials> {
-        let mechanism = c.mechanism?;
-        let secret = match mechanism {
+    /// The credentials of a validated `[upstream.sasl]` section (None: it has none).
+    pub fn from_config(c: &SaslConfig) -> Result<Option<Credentials>, String> {
+        let Some(mechanism) = c.mechanism else {
+            return Ok(None);
+        };
+        let local = match mechanism {
             Mechanism::OAuthBearer => {
                 SecretSource::from_options(c.token_file.as_ref(), c.token_env.as_ref())
             }
             _ => SecretSource::from_options(c.password_file.as_ref(), c.password_env.as_ref()),
-        }?;
-        Some(Credentials {
+        };
+        let secret = match (local, &c.oauth) {
+            (Some(local), _) => Source::Local(local),
+            (None, Some(oauth)) => Source::Endpoint(Arc::new(TokenEndpoint::new(oauth)?)),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Credentials {
             mechanism,
             username: c.username.clone().unwrap_or_default(),
             secret,
-        })
+        }))
+    }
+
+    /// The password or token, read now.
+    async fn secret(&self) -> Result<Secret, String> {
+        match &self.secret {
+            Source::Local(source) => source.read(),
+            Source::Endpoint(endpoint) => endpoint.token().await,
+        }
     }
 }
 
@@ -122,7 +146,7 @@ pub async fn authenticate<T: SaslTransport>(
         });
     }
 
-    let secret = credentials.secret.read().map_err(SaslError::Credentials)?;
+    let secret = credentials.secret().await.map_err(SaslError::Credentials)?;
     let mut exchange = start(mechanism, &credentials.username, &secret);
     let mut server: Option<Bytes> = None;
     let mut lifetime_ms = 0;
