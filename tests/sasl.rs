@@ -215,6 +215,54 @@ fn passthrough_scram_clients_authenticate_themselves_over_upstream_tls() {
 }
 
 #[test]
+fn passthrough_librdkafka_authenticates_itself_and_routes_with_kroutes_identity() {
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_tls()
+        + &upstream_sasl("passthrough", "SCRAM-SHA-256", "kroute", &password)
+        + "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"sasl-rd-*\"]\n";
+    let kroute = Kroute::start_with(kroute_on("sasl_ssl", toml));
+    let topic = unique("sasl-rd");
+    create_topic(&topic, 6, &[]);
+    let sasl = [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.username", "alice"),
+        ("sasl.password", "alice-secret"),
+    ];
+    let how = Produce {
+        config: &sasl,
+        per_second: Some(2000),
+        ..Produce::default()
+    };
+    let acked = librdkafka::produce(&kroute.bootstrap, &topic, 3000, how);
+    assert_eq!(acked.len(), 3000);
+    // kafka-python does its own SCRAM (librdkafka here is built without it).
+    let run = common::producers::kafka_python_with(
+        &kroute.bootstrap,
+        &topic,
+        500,
+        1000,
+        "kp-",
+        &["--sasl", "SCRAM-SHA-512:alice:alice-secret"],
+    );
+    run.assert_ok();
+    assert_eq!(run.acks().len(), 500);
+    let read = librdkafka::consume_all_with(&kroute.bootstrap, &topic, 3500, &sasl);
+    assert_eq!(read.len(), 3500);
+    assert!(read.values().all(|copies| copies.len() == 1), "duplicates");
+    // alice's own connections wrote the topic, so her batches may move over kroute's.
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(
+        sasl_metric(
+            &kroute,
+            "kroute_sasl_authentications_total",
+            "SCRAM-SHA-256"
+        ) >= 1.0
+    );
+    kroute.assert_clean_logs(&[]);
+}
+
+#[test]
 fn a_principal_without_write_cannot_get_records_in_through_routing() {
     // kroute's own identity (a super user) serves its side connections; bob may not write
     // `acl-*` topics, alice may.

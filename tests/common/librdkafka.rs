@@ -33,6 +33,8 @@ pub struct Produce<'a> {
     pub partition: Option<i32>,
     /// `enable.idempotence` (librdkafka's default is false).
     pub idempotent: bool,
+    /// More client configuration (e.g. security).
+    pub config: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Produce<'_> {
@@ -44,6 +46,7 @@ impl Default for Produce<'_> {
             per_second: None,
             partition: None,
             idempotent: false,
+            config: &[],
         }
     }
 }
@@ -59,7 +62,11 @@ pub struct Acked {
 /// Produces `count` records of about 1 KiB (value = `<id> vvv...`) with acks=all and waits for
 /// every acknowledgement; panics on any failure.
 pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<Acked> {
-    let producer: FutureProducer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    for (k, v) in how.config {
+        config.set(*k, *v);
+    }
+    let producer: FutureProducer = config
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "5")
@@ -119,7 +126,17 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
 /// Reads `topic` from the beginning until `expect` records arrived (and a moment longer, so
 /// duplicates would show): id -> the partition of each copy found.
 pub fn consume_all(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<String, Vec<i32>> {
-    consume_until(bootstrap, topic, |n, _| n >= expect)
+    consume_all_with(bootstrap, topic, expect, &[])
+}
+
+/// [`consume_all`] with more client configuration (e.g. security).
+pub fn consume_all_with(
+    bootstrap: &str,
+    topic: &str,
+    expect: usize,
+    config: &[(&str, &str)],
+) -> BTreeMap<String, Vec<i32>> {
+    consume_until(bootstrap, topic, config, |n, _| n >= expect)
 }
 
 /// Reads `topic` from the beginning until every id of `ids` arrived, however many duplicates
@@ -130,7 +147,7 @@ pub fn consume_ids<'a>(
     ids: impl IntoIterator<Item = &'a str>,
 ) -> BTreeMap<String, Vec<i32>> {
     let wanted: std::collections::BTreeSet<String> = ids.into_iter().map(String::from).collect();
-    consume_until(bootstrap, topic, |_, got| {
+    consume_until(bootstrap, topic, &[], |_, got| {
         got.len() >= wanted.len() && wanted.iter().all(|id| got.contains_key(id))
     })
 }
@@ -138,9 +155,14 @@ pub fn consume_ids<'a>(
 fn consume_until(
     bootstrap: &str,
     topic: &str,
+    config: &[(&str, &str)],
     done: impl Fn(usize, &BTreeMap<String, Vec<i32>>) -> bool,
 ) -> BTreeMap<String, Vec<i32>> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut client = ClientConfig::new();
+    for (k, v) in config {
+        client.set(*k, *v);
+    }
+    let consumer: BaseConsumer = client
         .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("rd-check"))
         .set("auto.offset.reset", "earliest")

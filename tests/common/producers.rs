@@ -27,9 +27,23 @@ pub fn kafka_python(
     per_second: u32,
     prefix: &str,
 ) -> JavaRun {
+    kafka_python_with(bootstrap, topic, count, per_second, prefix, &[])
+}
+
+/// [`kafka_python`] with more arguments for tests/python/producer.py (e.g. `--sasl`).
+pub fn kafka_python_with(
+    bootstrap: &str,
+    topic: &str,
+    count: u32,
+    per_second: u32,
+    prefix: &str,
+    more: &[&str],
+) -> JavaRun {
     // The pinned virtualenv scripts/test.sh sets up (tests/python/setup.sh).
     let mut command = Command::new(repo_root().join("target/python/bin/python3"));
-    command.arg(repo_root().join("tests/python/producer.py"));
+    command
+        .arg(repo_root().join("tests/python/producer.py"))
+        .args(more);
     run(
         "kafka-python",
         command,

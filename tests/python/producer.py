@@ -29,12 +29,20 @@ def main():
     parser.add_argument("--rate", type=int, default=0, help="records/s at most (0: no limit)")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--prefix", default="kp-")
+    parser.add_argument("--sasl", default=None, metavar="MECHANISM:USER:PASSWORD",
+                        help="authenticate with SASL over plaintext")
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
+    security = {}
+    if args.sasl:
+        mechanism, user, password = args.sasl.split(":", 2)
+        security = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                        sasl_plain_username=user, sasl_plain_password=password)
     producer = KafkaProducer(
         bootstrap_servers=args.bootstrap.split(","),
         delivery_timeout_ms=120_000,
+        **security,
     )
     lock = threading.Lock()
     counts = {"acked": 0, "errors": 0}
