@@ -25,6 +25,15 @@ fn sasl_metric(kroute: &Kroute, name: &str, mechanism: &str) -> f64 {
     kroute.metric(name, &[&format!("mechanism=\"{mechanism}\"")])
 }
 
+/// The Java client's `produce` to `topic` through `bootstrap` with `args` and client `flags`;
+/// the outcome is the caller's to check.
+fn java_produce(bootstrap: &str, topic: &str, args: &[&str], flags: &[String]) -> JavaRun {
+    let mut all = vec!["produce", "--bootstrap", bootstrap, "--topic", topic];
+    all.extend_from_slice(args);
+    all.extend(flags.iter().map(String::as_str));
+    java(&all)
+}
+
 /// Java produce then consume of `count` records through `bootstrap`, with client `flags`.
 fn java_round_trip(bootstrap: &str, topic: &str, count: u32, flags: &[String]) {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -142,19 +151,12 @@ fn a_client_that_tries_sasl_on_an_originating_kroute_gets_a_clear_error() {
     let topic = unique("sasl-refused");
     create_topic(&topic, 1, &[]);
     let flags = java_sasl("PLAIN", "alice", "alice-secret");
-    let mut args = vec![
-        "produce",
-        "--bootstrap",
+    let run = java_produce(
         &kroute.bootstrap,
-        "--topic",
         &topic,
-        "--count",
-        "1",
-        "--timeout-ms",
-        "20000",
-    ];
-    args.extend(flags.iter().map(String::as_str));
-    let run = java(&args);
+        &["--count", "1", "--timeout-ms", "20000"],
+        &flags,
+    );
     assert!(
         !run.ok,
         "a SASL client must not get through an originating kroute"
@@ -191,19 +193,12 @@ fn passthrough_scram_clients_authenticate_themselves_over_upstream_tls() {
 
     // A wrong password: the client gets the broker's own SASL_AUTHENTICATION_FAILED message.
     let wrong = java_sasl("SCRAM-SHA-256", "alice", "wrong-password");
-    let mut args = vec![
-        "produce",
-        "--bootstrap",
+    let run = java_produce(
         &kroute.bootstrap,
-        "--topic",
         &topic,
-        "--count",
-        "1",
-        "--timeout-ms",
-        "20000",
-    ];
-    args.extend(wrong.iter().map(String::as_str));
-    let run = java(&args);
+        &["--count", "1", "--timeout-ms", "20000"],
+        &wrong,
+    );
     assert!(!run.ok);
     let all = format!("{}\n{}", run.lines.join("\n"), run.stderr);
     assert!(
@@ -284,21 +279,22 @@ fn a_principal_without_write_cannot_get_records_in_through_routing() {
     let denied = unique("acl-bob");
     create_topic(&denied, 6, &[]);
     let bob = java_sasl("SCRAM-SHA-256", "bob", "bob-secret");
-    let mut args = vec![
-        "produce",
-        "--bootstrap",
+    let run = java_produce(
         &kroute.bootstrap,
-        "--topic",
         &denied,
-        // The Java client spends about a second per record refused for authorization.
-        "--count",
-        "10",
-        "--timeout-ms",
-        "20000",
-    ];
-    args.extend(non_idempotent);
-    args.extend(bob.iter().map(String::as_str));
-    let run = java(&args);
+        &[
+            &[
+                // The Java client spends about a second per record refused for authorization.
+                "--count",
+                "10",
+                "--timeout-ms",
+                "20000",
+            ][..],
+            &non_idempotent[..],
+        ]
+        .concat(),
+        &bob,
+    );
     assert_eq!(run.acks().len(), 0, "bob got records into {denied}");
     assert!(
         run.lines.iter().any(|l| l.contains("TopicAuthorization")),
@@ -325,20 +321,17 @@ fn a_principal_without_write_cannot_get_records_in_through_routing() {
     let allowed = unique("acl-alice");
     create_topic(&allowed, 6, &[]);
     let alice = java_sasl("SCRAM-SHA-256", "alice", "alice-secret");
-    let mut args = vec![
-        "produce",
-        "--bootstrap",
+    let run = java_produce(
         &kroute.bootstrap,
-        "--topic",
         &allowed,
-        "--count",
-        "3000",
-        "--per-second",
-        "1500",
-    ];
-    args.extend(non_idempotent);
-    args.extend(alice.iter().map(String::as_str));
-    let run = java_ok(&args);
+        &[
+            &["--count", "3000", "--per-second", "1500"][..],
+            &non_idempotent[..],
+        ]
+        .concat(),
+        &alice,
+    );
+    run.assert_ok();
     assert_eq!(run.acks().len(), 3000);
     assert!(
         kroute.metric("kroute_batches_moved_total", &[]) > 0.0,
