@@ -51,26 +51,6 @@ fn outcome(kroute: &Kroute, outcome: &str) -> f64 {
     )
 }
 
-/// The idempotent producer `client` moved its batches off slow broker 2 through kroute: broker
-/// 2 got under a fifth of the produce bytes since `before`, batches moved and were renumbered,
-/// kroute owned exactly this one producer and passed it no sequence error.
-fn assert_moved_off_broker_2(kroute: &Kroute, before: [f64; 3], client: &str) {
-    let share = share_of_broker_2(before, produce_bytes(kroute));
-    eprintln!("broker 2 share with the {client} producer: {share:.3}");
-    assert!(
-        share < 0.2,
-        "slow broker 2 got {share:.3} of the {client} producer's bytes (equal: 0.33)"
-    );
-    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
-    assert!(outcome(kroute, "renumbered") > 0.0);
-    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
-    assert_eq!(
-        outcome(kroute, "sequence_error_passed"),
-        0.0,
-        "kroute passed sequence errors to the client"
-    );
-}
-
 fn ids(acked: &[(String, i32)]) -> impl Iterator<Item = &str> {
     acked.iter().map(|a| a.0.as_str())
 }

@@ -86,3 +86,31 @@ pub fn share_of_broker_2(before: [f64; 3], after: [f64; 3]) -> f64 {
     );
     d[1] / total
 }
+
+/// The idempotent producer `client` moved its batches off slow broker 2 through kroute: broker
+/// 2 got under a fifth of the produce bytes since `before`, batches moved and were renumbered,
+/// kroute owned exactly this one producer and passed it no sequence error.
+pub fn assert_moved_off_broker_2(kroute: &Kroute, before: [f64; 3], client: &str) {
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share with the {client} producer: {share:.3}");
+    assert!(
+        share < 0.2,
+        "slow broker 2 got {share:.3} of the {client} producer's bytes (equal: 0.33)"
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(
+        kroute.metric(
+            "kroute_idempotent_batches_total",
+            &["outcome=\"renumbered\""]
+        ) > 0.0
+    );
+    assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+    assert_eq!(
+        kroute.metric(
+            "kroute_idempotent_batches_total",
+            &["outcome=\"sequence_error_passed\""]
+        ),
+        0.0,
+        "kroute passed sequence errors to the client"
+    );
+}
