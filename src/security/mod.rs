@@ -105,19 +105,20 @@ impl UpstreamSecurity {
                     .flatten()
                     .cloned()
                     .collect();
-                if let Some(cert) = &c.cert_file
-                    && let Some(at) = certs::expiry(cert)
-                {
-                    metrics.certificate_expiry("upstream_client", at as f64);
-                }
-                let c2 = c.clone();
+                let (c2, m) = (c.clone(), metrics.clone());
                 let every = Duration::from_millis(c.reload_ms);
                 Some(reload::watch(
                     "upstream",
                     files,
                     every,
                     metrics.clone(),
-                    move || upstream_tls::client_config(&c2),
+                    move || {
+                        let built = upstream_tls::client_config(&c2)?;
+                        if let Some(at) = c2.cert_file.as_deref().and_then(certs::expiry) {
+                            m.certificate_expiry("upstream", at as f64);
+                        }
+                        Ok(built)
+                    },
                 )?)
             }
         };
