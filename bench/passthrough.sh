@@ -265,9 +265,10 @@ if [ "$SECURITY" != none ]; then
   secured_info=$(scripts/cluster.sh secured) || die "scripts/cluster.sh secured failed (is the cluster secured?)"
   secured_key() { sed -n "s/^$1=//p" <<<"$secured_info"; }
   CA=$(secured_key ca); BROKER_CERT=$(secured_key broker_cert); BROKER_KEY=$(secured_key broker_key)
-  DIRECT_BOOTSTRAP=$(secured_key "$SECURITY")   # the ssl= or sasl_ssl= listeners
+  listeners_key=ssl; [ "$SECURITY" = tls ] || listeners_key=sasl_ssl
+  DIRECT_BOOTSTRAP=$(secured_key "$listeners_key")
   [ -n "$DIRECT_BOOTSTRAP" ] && [ -f "$CA" ] && [ -f "$BROKER_CERT" ] && [ -f "$BROKER_KEY" ] ||
-    die "scripts/cluster.sh secured lacks $SECURITY=, ca=, broker_cert= or broker_key= (got: $secured_info)"
+    die "scripts/cluster.sh secured lacks $listeners_key=, ca=, broker_cert= or broker_key= (got: $secured_info)"
   {
     echo "# written by bench/passthrough.sh (BENCH_SECURITY=$SECURITY)"
     if [ "$SECURITY" = tls ]; then

@@ -449,3 +449,17 @@ fn an_expired_broker_certificate_is_refused_naming_broker_and_reason() {
         ) >= 1.0
     );
 }
+
+#[test]
+fn insecure_skip_verify_is_explicit_and_warned() {
+    // The unknown CA did not sign the brokers' certificates; skipping verification lets kroute
+    // in anyway, and says so at start.
+    let tls = "[upstream.tls]\ninsecure_skip_verify = true\n".to_string();
+    let kroute = kroute_upstream_tls("ssl", tls, true);
+    kroute.wait_for_log(&["WARN", "insecure_skip_verify"], Duration::from_secs(5));
+    let topic = unique("up-insecure");
+    create_topic(&topic, 3, &[]);
+    let produced = java_on("produce", &kroute.bootstrap, &topic, &["--count", "100"]);
+    assert_eq!(produced.count("produced"), 100);
+    kroute.assert_clean_logs(&["insecure_skip_verify"]);
+}
