@@ -16,7 +16,6 @@ use tracing::{debug, error, info, warn};
 use crate::client::{Target, serve};
 use crate::proxy::Proxy;
 use crate::security::listener_tls::ListenerTls;
-use crate::security::stream::tls_transport;
 
 /// How long a client may take to complete the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,7 +143,7 @@ async fn accept(
                         tokio::spawn(async move {
                             match tokio::time::timeout(
                                 TLS_HANDSHAKE_TIMEOUT,
-                                acceptor.accept(tls_transport(stream)),
+                                acceptor.accept(stream),
                             )
                             .await
                             {

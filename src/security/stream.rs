@@ -7,28 +7,19 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, BufReader, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 pub enum BrokerStream {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TlsTransport>>),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 /// The reading half of a [`BrokerStream`].
 pub type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 /// The writing half of a [`BrokerStream`].
 pub type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
-
-/// The TCP connection under TLS, read through a buffer: rustls asks the socket for at most
-/// 4 KiB at a time, so without one a 1 MiB produce request costs 256 read calls.
-pub type TlsTransport = BufReader<TcpStream>;
-
-/// Wraps a TCP connection for TLS ([`TlsTransport`]).
-pub fn tls_transport(tcp: TcpStream) -> TlsTransport {
-    BufReader::with_capacity(64 * 1024, tcp)
-}
 
 impl BrokerStream {
     /// Splits the stream for a reader task and a writer task.

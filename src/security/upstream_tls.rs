@@ -17,7 +17,6 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::certs::load_certs;
-use super::stream::{TlsTransport, tls_transport};
 use crate::config::UpstreamTlsConfig;
 
 /// Builds the rustls client configuration of `[upstream.tls]`, or says which file is wrong.
@@ -70,13 +69,13 @@ pub async fn connect(
     config: Arc<ClientConfig>,
     host: &str,
     tcp: TcpStream,
-) -> Result<TlsStream<TlsTransport>, HandshakeError> {
+) -> Result<TlsStream<TcpStream>, HandshakeError> {
     let name = ServerName::try_from(host.to_string()).map_err(|_| HandshakeError {
         reason: "bad_name",
         detail: format!("{host:?} is not a valid DNS name or IP address"),
     })?;
     TlsConnector::from(config)
-        .connect(name, tls_transport(tcp))
+        .connect(name, tcp)
         .await
         .map_err(HandshakeError::from_io)
 }
