@@ -14,6 +14,8 @@
 //! hands the payload back through the reply's oneshot. If the broker goes away, every queued
 //! reply is dropped, and the client connections waiting for them close promptly.
 
+mod reauth;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +35,6 @@ use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
 use crate::route::scores::BrokerScore;
-use crate::security::sasl::{self, SaslError, SaslTransport};
 use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
@@ -308,7 +309,7 @@ async fn write_requests(
         if let Some(due) = reauth.as_ref().filter(|r| Instant::now() >= r.at) {
             // Between requests, before the broker's session runs out (KIP-368). Dropping the
             // request in hand on failure fails its reply: its client sees the broker go away.
-            match reauthenticate(&mut out, &pending_tx, due).await {
+            match reauth::reauthenticate(&mut out, &pending_tx, due).await {
                 Ok(next) => reauth = next,
                 Err(e) => {
                     warn!(
@@ -352,66 +353,6 @@ async fn write_requests(
     // The client connection is done with this broker: its end is no surprise to the reader.
     link.client_left.store(true, Ordering::Relaxed);
     let _ = out.shutdown().await;
-}
-
-/// Runs kroute's SASL exchange again on a live connection and returns the next deadline.
-async fn reauthenticate(
-    out: &mut BufWriter<WriteHalf>,
-    pending_tx: &mpsc::UnboundedSender<InFlight>,
-    due: &Reauthentication,
-) -> Result<Option<Reauthentication>, SaslError> {
-    let mechanism = due.credentials.mechanism;
-    let mut pipeline = Pipeline { out, pending_tx };
-    match sasl::authenticate(&due.credentials, &mut pipeline).await {
-        Ok(session) => {
-            due.metrics.reauthenticated(mechanism);
-            debug!(
-                mechanism = mechanism.name(),
-                "re-authenticated upstream connection"
-            );
-            Ok(session.reauthenticate_at.map(|at| Reauthentication {
-                at,
-                credentials: due.credentials.clone(),
-                metrics: due.metrics.clone(),
-            }))
-        }
-        Err(e) => {
-            due.metrics.authentication_failed(mechanism);
-            Err(e)
-        }
-    }
-}
-
-/// SASL requests on a live connection: queued for the reader like any request, their answers
-/// come back to the writer, which sends nothing else until the exchange is over.
-struct Pipeline<'a> {
-    out: &'a mut BufWriter<WriteHalf>,
-    pending_tx: &'a mpsc::UnboundedSender<InFlight>,
-}
-
-impl SaslTransport for Pipeline<'_> {
-    async fn round_trip(
-        &mut self,
-        correlation_id: i32,
-        api_key: ApiKey,
-        api_version: i16,
-        frame: Bytes,
-    ) -> std::io::Result<Bytes> {
-        let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection closed");
-        let (tx, rx) = oneshot::channel();
-        let pending = PendingReply::new(api_key as i16, api_version, correlation_id, tx);
-        let sent = Instant::now();
-        self.pending_tx
-            .send(InFlight { pending, sent })
-            .map_err(|_| gone())?;
-        self.out.write_all(&size_prefix(frame.len())).await?;
-        self.out.write_all(&frame).await?;
-        self.out.flush().await?;
-        match rx.await {
-            Ok(Ok(answer)) => Ok(answer),
-            _ => Err(gone()),
-        }
-    }
 }
 
 async fn read_responses(
