@@ -463,3 +463,36 @@ fn insecure_skip_verify_is_explicit_and_warned() {
     assert_eq!(produced.count("produced"), 100);
     kroute.assert_clean_logs(&["insecure_skip_verify"]);
 }
+
+#[test]
+fn a_broker_that_never_answers_the_tls_handshake_closes_the_client_in_time() {
+    // It accepts TCP and then says nothing: the handshake gets connect_timeout_ms, like the
+    // connect itself, and the client connection waiting on it is closed.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || silent.incoming().flatten().collect::<Vec<_>>());
+    let kroute = Kroute::spawn_with(KrouteOptions {
+        bootstrap_servers: Some(addr),
+        extra_toml: format!("connect_timeout_ms = 1000\n{}", upstream_tls()),
+        ..Default::default()
+    });
+    let mut client = wait_for(
+        "kroute's bootstrap listener",
+        Duration::from_secs(30),
+        || TcpStream::connect(&kroute.bootstrap).ok(),
+    );
+    client
+        .write_all(&request_frame(
+            ApiKey::Metadata,
+            12,
+            1,
+            &MetadataRequest::default(),
+        ))
+        .unwrap();
+    assert!(
+        closed_within(&mut client, Duration::from_secs(10)),
+        "the client waits forever on a silent broker"
+    );
+    kroute.wait_for_log(&["handshake timed out"], Duration::from_secs(5));
+    drop(held);
+}

@@ -207,7 +207,8 @@ pub enum DialError {
 }
 
 /// Opens the connection (TCP, then TLS and SASL as configured), counting failures on the
-/// broker's metrics.
+/// broker's metrics. The TLS and SASL handshakes get `connect_timeout_ms` too: a broker that
+/// accepts but never answers must not hold the client connection forever.
 async fn dial(
     proxy: &Proxy,
     link: &Link,
@@ -215,11 +216,19 @@ async fn dial(
     identity: Identity,
 ) -> Result<Opened, DialError> {
     let tcp = connect_tcp(proxy, link, addr).await?;
-    match proxy.security.open(tcp, link.node_id, addr, identity).await {
-        Ok(opened) => Ok(opened),
-        Err(e) => {
+    let secure = proxy.security.open(tcp, link.node_id, addr, identity);
+    match tokio::time::timeout(proxy.config.connect_timeout(), secure).await {
+        Ok(Ok(opened)) => Ok(opened),
+        Ok(Err(e)) => {
             link.metrics.connect_failures.increment(1);
             Err(e.into())
+        }
+        Err(_) => {
+            link.metrics.connect_failures.increment(1);
+            Err(
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS/SASL handshake timed out")
+                    .into(),
+            )
         }
     }
 }
