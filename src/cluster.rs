@@ -4,7 +4,6 @@
 //! longer lists are dropped. Addresses seen in responses relayed to clients only add or update
 //! brokers, so a broker that joins gets a listener as soon as any client learns of it.
 
-use crate::security::{Identity, UpstreamSecurity};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -23,6 +22,7 @@ use tokio_util::codec::FramedRead;
 use crate::protocol::frame::{FrameCodec, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::rewrite::SeenBroker;
+use crate::security::{Identity, UpstreamSecurity};
 
 /// Where the partitions of one topic are led.
 #[derive(Debug, Clone, PartialEq, Eq)]

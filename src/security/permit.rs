@@ -4,7 +4,10 @@
 //! carry kroute's identity, not the client's, so moving a client's batch could let it write
 //! where its own principal may not. The rule: a batch moves only to a topic this client's own
 //! authenticated connection has already written to successfully; a topic the broker refuses
-//! the client (TOPIC_AUTHORIZATION_FAILED) stops being movable at once. Unauthenticated
+//! the client (TOPIC_AUTHORIZATION_FAILED) stops being movable. Both are learnt from the answers
+//! to the Produce requests kroute forwards whole (the session hooks those); the home part of a
+//! split request is not watched, so a Write permission revoked mid-connection is noticed only at
+//! the client's next unsplit request on that topic. Unauthenticated
 //! connections (and all connections in originate mode, where every connection carries kroute's
 //! identity anyway) may move batches of every routed topic.
 

@@ -1,4 +1,3 @@
-use crate::security::Permit;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +20,7 @@ use crate::protocol::header::produce_head;
 use crate::route::batch::tests::batch;
 use crate::route::sequence::code::{self, NETWORK_EXCEPTION};
 use crate::route::sequence::{BatchKey, Lookup};
+use crate::security::Permit;
 use crate::upstream::Reply;
 use crate::upstream::UpstreamGone;
 
