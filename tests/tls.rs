@@ -272,9 +272,8 @@ fn mtls_on_the_listener_admits_only_clients_with_a_certificate_from_the_client_c
     let (ca, issuer) = test_ca("kroute test ca");
     let (server_cert, server_key) = leaf(&issuer, &["127.0.0.1"]);
     let (client_cert, client_key) = leaf(&issuer, &["app"]);
-    let (other_ca, other) = test_ca("someone else");
+    let (_, other) = test_ca("someone else");
     let (stranger_cert, stranger_key) = leaf(&other, &["app"]);
-    let _ = other_ca;
     let kroute = Kroute::start_with(KrouteOptions {
         extra_toml: format!(
             "[listen.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\n\

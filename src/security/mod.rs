@@ -39,6 +39,7 @@ pub use stream::BrokerStream;
 
 use crate::config::{Config, SaslMode};
 use crate::protocol::frame::size_prefix;
+use crate::protocol::header::response_correlation_id;
 use metrics::SecurityMetrics;
 use reload::Reloading;
 use sasl::{Credentials, SaslError, SaslTransport, Session};
@@ -225,7 +226,7 @@ struct Direct<'a> {
 impl SaslTransport for Direct<'_> {
     async fn round_trip(
         &mut self,
-        _correlation_id: i32,
+        correlation_id: i32,
         _api_key: ApiKey,
         _api_version: i16,
         frame: Bytes,
@@ -245,6 +246,13 @@ impl SaslTransport for Direct<'_> {
             })?;
         let mut answer = vec![0; size];
         self.stream.read_exact(&mut answer).await?;
-        Ok(Bytes::from(answer))
+        let answer = Bytes::from(answer);
+        if response_correlation_id(&answer).ok() != Some(correlation_id) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a SASL answer does not match request correlation id {correlation_id}"),
+            ));
+        }
+        Ok(answer)
     }
 }
