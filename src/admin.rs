@@ -1,97 +1,83 @@
-//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/health` and `/ready`.
+//! The admin HTTP endpoint (axum): `/metrics` (Prometheus text), `/health` and `/ready`.
 //!
-//! `/health` says the process is serving; `/ready` says kroute has learnt the cluster (its own
-//! metadata request succeeded and at least one broker is known), so traffic can be sent to it.
-//! A deliberately tiny HTTP/1.1 responder: one request per connection, GET only.
+//! `/health` is liveness: 200 for as long as the process serves, draining included. `/ready`
+//! says traffic may be sent to kroute: 200 once kroute has learnt the cluster (its own metadata
+//! request succeeded and at least one broker is known), 503 before that and from the moment a
+//! graceful shutdown begins. HTTP parsing, methods (GET and HEAD) and unknown paths (404) are
+//! the library's; a malformed request gets the library's 400, never a panic.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tracing::debug;
+use tokio::net::TcpListener;
+use tracing::warn;
 
 use crate::proxy::Proxy;
 
-const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// How often the exporter's histograms are compacted.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+struct Admin {
+    handle: PrometheusHandle,
+    proxy: Arc<Proxy>,
+}
 
 /// Serves admin requests until the process ends.
 pub async fn serve(listener: TcpListener, handle: PrometheusHandle, proxy: Arc<Proxy>) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
         loop {
             tick.tick().await;
             upkeep.run_upkeep();
         }
     });
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let handle = handle.clone();
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            if let Err(e) = respond(stream, &handle, &proxy).await {
-                debug!("admin request failed: {e}");
-            }
-        });
+    if let Err(e) = axum::serve(listener, router(handle, proxy)).await {
+        warn!("admin endpoint stopped: {e}");
     }
 }
 
-async fn respond(
-    mut stream: TcpStream,
-    handle: &PrometheusHandle,
-    proxy: &Proxy,
-) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let read = tokio::time::timeout(Duration::from_secs(5), async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST_HEAD {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        std::io::Result::Ok(())
-    })
-    .await;
-    if !matches!(read, Ok(Ok(()))) {
-        return Ok(());
+/// The admin routes; more endpoints join here.
+pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .with_state(Admin { handle, proxy })
+}
+
+async fn metrics(State(admin): State<Admin>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        admin.handle.render(),
+    )
+        .into_response()
+}
+
+async fn health() -> &'static str {
+    "ok\n"
+}
+
+async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
+    match readiness(&admin.proxy) {
+        Ok(()) => (StatusCode::OK, "ready\n"),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }
-    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", handle.render()),
-        ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", "/ready")
-            if proxy.cluster.is_ready()
-                && (!proxy.cluster.node_ids().is_empty()
-                    || proxy.security.learns_brokers_from_clients()) =>
-        {
-            ("200 OK", "text/plain", "ready\n".to_string())
-        }
-        ("GET", "/ready") => (
-            "503 Service Unavailable",
-            "text/plain",
-            "not ready: cluster metadata not loaded yet\n".to_string(),
-        ),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET only\n".to_string(),
-        ),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+}
+
+/// Whether kroute should be sent traffic, and if not, why.
+pub fn readiness(proxy: &Proxy) -> Result<(), &'static str> {
+    if !proxy.cluster.is_ready()
+        || (proxy.cluster.node_ids().is_empty() && !proxy.security.learns_brokers_from_clients())
+    {
+        return Err("not ready: cluster metadata not loaded yet\n");
+    }
+    Ok(())
 }
