@@ -7,22 +7,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
-use bytes::BytesMut;
 use dashmap::DashMap;
-use futures_util::StreamExt;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, RequestHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
 use tokio::sync::watch;
-use tokio_util::codec::FramedRead;
 
-use crate::protocol::frame::{FrameCodec, size_prefix};
-use crate::protocol::header::{response_correlation_id, split_response};
 use crate::rewrite::SeenBroker;
-use crate::security::{Identity, UpstreamSecurity};
+use crate::upstream::ask::{Ask, exchange};
 
 /// Where the partitions of one topic are led.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,58 +212,20 @@ fn join_host_port(host: &str, port: i32) -> String {
 }
 
 /// Metadata version kroute asks with: present in Kafka 3.x and 4.x.
-const METADATA_VERSION: i16 = 12;
+pub const METADATA_VERSION: i16 = 12;
 
 /// Asks one broker for the broker list (no topics), over a connection secured as kroute's own.
-pub async fn fetch_brokers(
-    addr: &str,
-    timeout: Duration,
-    max_frame_bytes: usize,
-    security: &UpstreamSecurity,
-) -> anyhow::Result<BTreeMap<i32, String>> {
-    tokio::time::timeout(timeout, async {
-        let tcp = TcpStream::connect(addr).await?;
-        tcp.set_nodelay(true)?;
-        let mut stream = security.open(tcp, -1, addr, Identity::Kroute).await?.stream;
-        let header = RequestHeader::default()
-            .with_request_api_key(ApiKey::Metadata as i16)
-            .with_request_api_version(METADATA_VERSION)
-            .with_correlation_id(1)
-            .with_client_id(Some(StrBytes::from_static_str("kroute-metadata")));
-        let request = MetadataRequest::default().with_topics(Some(vec![]));
-        let mut payload = BytesMut::new();
-        header.encode(
-            &mut payload,
-            ApiKey::Metadata.request_header_version(METADATA_VERSION),
-        )?;
-        request.encode(&mut payload, METADATA_VERSION)?;
-        stream.write_all(&size_prefix(payload.len())).await?;
-        stream.write_all(&payload).await?;
-
-        let mut frames = FramedRead::new(stream, FrameCodec::new(max_frame_bytes));
-        let frame = frames
-            .next()
-            .await
-            .ok_or_else(|| anyhow::anyhow!("connection closed before the metadata response"))??;
-        anyhow::ensure!(
-            response_correlation_id(&frame)? == 1,
-            "unexpected correlation id"
-        );
-        let (_, mut body) = split_response(
-            &frame,
-            ApiKey::Metadata.response_header_version(METADATA_VERSION),
-        )?;
-        let response = MetadataResponse::decode(&mut body, METADATA_VERSION)?;
-        let brokers: BTreeMap<i32, String> = response
-            .brokers
-            .iter()
-            .map(|b| (b.node_id.0, join_host_port(b.host.as_str(), b.port)))
-            .collect();
-        anyhow::ensure!(!brokers.is_empty(), "metadata lists no brokers");
-        Ok(brokers)
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("timed out after {timeout:?}"))?
+pub async fn fetch_brokers(ask: &Ask<'_>) -> anyhow::Result<BTreeMap<i32, String>> {
+    let request = MetadataRequest::default().with_topics(Some(vec![]));
+    let response: MetadataResponse =
+        exchange(ask, ApiKey::Metadata, METADATA_VERSION, &request).await?;
+    let brokers: BTreeMap<i32, String> = response
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, join_host_port(b.host.as_str(), b.port)))
+        .collect();
+    anyhow::ensure!(!brokers.is_empty(), "metadata lists no brokers");
+    Ok(brokers)
 }
 
 #[cfg(test)]

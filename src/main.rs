@@ -79,6 +79,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let proxy = Proxy::new(config, Metrics::new()).map_err(|e| anyhow::anyhow!("security: {e}"))?;
     tokio::spawn(admin::serve(admin_listener, handle, proxy.clone()));
     tokio::spawn(refresh_metadata(proxy.clone()));
+    tokio::spawn(kroute::route::recovery::read_held_epochs(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
     let listening = tokio::spawn(listener::run(proxy));
 

@@ -11,6 +11,7 @@ use crate::rewrite::AddressMap;
 use crate::route::Router;
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
+use crate::upstream::ask::Ask;
 
 pub struct Proxy {
     pub config: Config,
@@ -22,6 +23,17 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// How kroute's own requests to the broker at `addr` are made
+    /// ([`crate::upstream::ask`]).
+    pub fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a> {
+        Ask {
+            addr,
+            timeout: self.config.connect_timeout(),
+            max_frame_bytes: self.config.limits.max_frame_bytes,
+            security: &self.security,
+        }
+    }
+
     /// Fails, naming the file, if a certificate or key of `[upstream.tls]` cannot be loaded.
     /// Needs a tokio runtime when certificate files are watched for changes.
     pub fn new(config: Config, metrics: Metrics) -> Result<Arc<Proxy>, String> {
@@ -62,14 +74,7 @@ pub async fn refresh_metadata(proxy: Arc<Proxy>) {
             .cluster
             .bootstrap_candidates(&config.upstream.bootstrap_servers)
         {
-            match fetch_brokers(
-                &addr,
-                config.connect_timeout(),
-                config.limits.max_frame_bytes,
-                &proxy.security,
-            )
-            .await
-            {
+            match fetch_brokers(&proxy.ask(&addr)).await {
                 Ok(brokers) => {
                     if failing {
                         info!(from = %addr, "metadata refresh works again");

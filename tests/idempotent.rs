@@ -382,7 +382,7 @@ fn transactional_producers_are_untouched_by_renumbering() {
 }
 
 #[test]
-fn after_a_kroute_crash_running_producers_reset_then_go_on_untouched_losing_nothing() {
+fn after_a_kroute_crash_running_producers_are_routed_again_losing_nothing() {
     let mut world = slow_world();
     let topic = unique("route-crash");
     create_topic_two_per_broker(&topic);
@@ -396,14 +396,17 @@ fn after_a_kroute_crash_running_producers_reset_then_go_on_untouched_losing_noth
     let kroute = &world.kroute;
     run.assert_ok();
     assert_eq!(run.count("errors"), 0);
-    // The new process did not see the producer start: it adopted it (the client reset to a
-    // newer epoch), and the producer's batches then went through untouched.
+    // The new process did not see the producer start: it read the epochs the brokers hold for
+    // it and numbers its batches again, above them, moving them off the slow broker.
     assert_eq!(
-        kroute.metric("kroute_idempotent_producers_adopted_total", &[]),
+        kroute.metric("kroute_idempotent_producers_recovered_total", &[]),
         1.0
     );
-    assert_eq!(outcome(kroute, "renumbered"), 0.0);
-    assert!(kroute.metric("kroute_batches_kept_total", &["reason=\"idempotent\""]) > 0.0);
+    assert_eq!(
+        kroute.metric("kroute_idempotent_producers_adopted_total", &[]),
+        0.0
+    );
+    assert_moved_off_broker_2(kroute, [0.0; 3], "java, after a kroute crash");
 
     // Every acknowledged record is there. Batches in flight at the crash were retried by the
     // client: those may be there twice (at least once), nothing else.

@@ -168,9 +168,11 @@ pub fn sequenced(records: &Bytes) -> Option<Sequenced> {
     found
 }
 
-/// A copy of a partition entry's batches numbered from `first` on, each batch's CRC-32C
-/// recomputed (it covers the base sequence). Everything else stays byte-identical.
-pub fn renumber(records: &Bytes, first: i32) -> Option<Bytes> {
+/// A copy of a partition entry's batches numbered from `first` on under producer epoch `epoch`
+/// (the client's, or above it for a producer kroute recovered after a restart: see
+/// [`crate::route::recovery`]), each batch's CRC-32C recomputed (it covers both). Everything
+/// else stays byte-identical.
+pub fn renumber(records: &Bytes, epoch: i16, first: i32) -> Option<Bytes> {
     let mut out = records.to_vec();
     let mut pos = 0usize;
     let mut seq = first;
@@ -179,6 +181,9 @@ pub fn renumber(records: &Bytes, first: i32) -> Option<Bytes> {
         let end = pos.checked_add(len)?.checked_add(12)?;
         let batch = out.get_mut(pos..end)?;
         let count = read_i32(batch, RECORD_COUNT)?;
+        batch
+            .get_mut(PRODUCER_EPOCH..BASE_SEQUENCE)?
+            .copy_from_slice(&epoch.to_be_bytes());
         batch
             .get_mut(BASE_SEQUENCE..BASE_SEQUENCE + 4)?
             .copy_from_slice(&seq.to_be_bytes());
@@ -543,12 +548,12 @@ pub(crate) mod tests {
 
     #[test]
     fn sequenced_sums_contiguous_batches_of_one_entry() {
-        let second = renumber(&numbered(2, Compression::Lz4), 3).unwrap();
-        let third = renumber(&numbered(4, Compression::Zstd), 5).unwrap();
+        let second = renumber(&numbered(2, Compression::Lz4), 0, 3).unwrap();
+        let third = renumber(&numbered(4, Compression::Zstd), 0, 5).unwrap();
         let entry = concat(&[&numbered(3, Compression::None), &second, &third]);
         assert_eq!(sequenced(&entry), seq(7, 0, 0, 9));
         // Contiguous across the sequence wrap too.
-        let last = renumber(&numbered(1, Compression::None), i32::MAX).unwrap();
+        let last = renumber(&numbered(1, Compression::None), 0, i32::MAX).unwrap();
         let after = numbered(2, Compression::None);
         assert_eq!(sequenced(&concat(&[&last, &after])), seq(7, 0, i32::MAX, 3));
     }
@@ -578,7 +583,7 @@ pub(crate) mod tests {
         for cut in 1..one.len() {
             assert_eq!(sequenced(&one.slice(..cut)), None, "cut at {cut}");
         }
-        let next = |b: Bytes| renumber(&b, 3).unwrap();
+        let next = |b: Bytes| renumber(&b, 0, 3).unwrap();
         let two = |b: Bytes| concat(&[&one, &b]);
         // Each of these would be fine alone: mixed within one entry, they are not.
         let other_producer = next(batch(&[None], Compression::None, 8, false));
@@ -599,11 +604,11 @@ pub(crate) mod tests {
         no(two(next_epoch), "two epochs");
         no(two(numbered(2, Compression::None)), "second restarts at 0");
         no(
-            two(renumber(&numbered(2, Compression::None), 4).unwrap()),
+            two(renumber(&numbered(2, Compression::None), 0, 4).unwrap()),
             "a gap",
         );
         no(
-            two(renumber(&numbered(2, Compression::None), 2).unwrap()),
+            two(renumber(&numbered(2, Compression::None), 0, 2).unwrap()),
             "an overlap",
         );
         no(
@@ -618,7 +623,7 @@ pub(crate) mod tests {
             let first = numbered(3, c);
             let second = numbered(2, Compression::None);
             let entry = concat(&[&first, &second]);
-            let out = renumber(&entry, 100).unwrap();
+            let out = renumber(&entry, 0, 100).unwrap();
             assert_eq!(out.len(), entry.len(), "{c:?}");
             // The decoder checks each batch's CRC-32C.
             let sets = RecordBatchDecoder::decode_all(&mut out.clone()).expect("valid CRCs");
@@ -655,8 +660,8 @@ pub(crate) mod tests {
             }
             assert_eq!(sequenced(&out), seq(7, 0, 100, 5), "{c:?}");
             // Renumbering a batch back to 0 gives the encoder's own bytes, CRC included.
-            let alone = renumber(&first, 100).unwrap();
-            assert_eq!(renumber(&alone, 0).unwrap(), first, "{c:?}");
+            let alone = renumber(&first, 0, 100).unwrap();
+            assert_eq!(renumber(&alone, 0, 0).unwrap(), first, "{c:?}");
         }
     }
 
@@ -667,7 +672,7 @@ pub(crate) mod tests {
             &numbered(3, Compression::Gzip),
             &numbered(1, Compression::None),
         ]);
-        let out = renumber(&entry, i32::MAX - 1).unwrap();
+        let out = renumber(&entry, 0, i32::MAX - 1).unwrap();
         let bases: Vec<i32> = RecordBatchDecoder::decode_batch_info(&mut out.clone())
             .expect("valid CRCs")
             .iter()
@@ -678,16 +683,29 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn renumber_writes_the_upstream_epoch_into_every_batch() {
+        let entry = concat(&[
+            &numbered(2, Compression::None),
+            &numbered(3, Compression::Zstd),
+        ]);
+        let out = renumber(&entry, 9, 40).unwrap();
+        let infos = RecordBatchDecoder::decode_batch_info(&mut out.clone()).expect("valid CRCs");
+        let epochs: Vec<i16> = infos.iter().map(|b| b.producer_epoch).collect();
+        assert_eq!(epochs, [9, 9]);
+        assert_eq!(sequenced(&out), seq(7, 9, 40, 5));
+    }
+
+    #[test]
     fn renumber_refuses_a_truncated_entry() {
         let first = numbered(2, Compression::None);
         let entry = concat(&[&first, &numbered(3, Compression::Snappy)]);
-        assert_eq!(renumber(&Bytes::new(), 5), Some(Bytes::new()));
+        assert_eq!(renumber(&Bytes::new(), 0, 5), Some(Bytes::new()));
         for cut in (1..entry.len()).filter(|cut| *cut != first.len()) {
-            assert_eq!(renumber(&entry.slice(..cut), 5), None, "cut at {cut}");
+            assert_eq!(renumber(&entry.slice(..cut), 0, 5), None, "cut at {cut}");
         }
         let short = with_bytes(&first, BATCH_LENGTH, &40i32.to_be_bytes());
         assert_eq!(
-            renumber(&short.slice(..52), 5),
+            renumber(&short.slice(..52), 0, 5),
             None,
             "header cut by its own length"
         );

@@ -52,19 +52,20 @@ pub fn can_join(first: &[u8], next: &[u8]) -> bool {
         && timestamp_shift(first, next).is_some_and(|shift| reframe(next, shift, 0, None).is_some())
 }
 
-/// Joins `batches` (each [`joinable`], all of the same producer and epoch) into one batch with
-/// base sequence `base_sequence`, in their order; None if one cannot be read. The joined batch
-/// takes the first one's header (offset, leader epoch, producer); its record count, last
-/// offset delta, timestamps and CRC describe all the records.
-pub fn join(batches: &[&Bytes], base_sequence: i32) -> Option<Bytes> {
+/// Joins `batches` (each [`joinable`], all of the same producer and client epoch, which callers
+/// check: the first may already carry kroute's numbers) into one batch with producer epoch
+/// `epoch` and base sequence `base_sequence`, in their order; None if one cannot be read. The
+/// joined batch takes the first one's header (offset, leader epoch, producer id); its record
+/// count, last offset delta, timestamps and CRC describe all the records.
+pub fn join(batches: &[&Bytes], epoch: i16, base_sequence: i32) -> Option<Bytes> {
     let first = batches.first()?;
     if !batches.iter().all(|b| joinable(b)) {
         return None;
     }
-    let producer = first.get(PRODUCER_ID..BASE_SEQUENCE)?;
+    let producer = first.get(PRODUCER_ID..PRODUCER_EPOCH)?;
     if batches
         .iter()
-        .any(|b| b.get(PRODUCER_ID..BASE_SEQUENCE) != Some(producer))
+        .any(|b| b.get(PRODUCER_ID..PRODUCER_EPOCH) != Some(producer))
     {
         return None;
     }
@@ -84,11 +85,12 @@ pub fn join(batches: &[&Bytes], base_sequence: i32) -> Option<Bytes> {
     out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
     out[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&(total - 1).to_be_bytes());
     out[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+    out[PRODUCER_EPOCH..BASE_SEQUENCE].copy_from_slice(&epoch.to_be_bytes());
     out[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&base_sequence.to_be_bytes());
     out[RECORD_COUNT..RECORD_COUNT + 4].copy_from_slice(&total.to_be_bytes());
     let crc = crc32c::crc32c(&out[ATTRIBUTES..]);
     out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
-    debug_assert_eq!(out.get(PRODUCER_ID..PRODUCER_EPOCH + 2), Some(producer));
+    debug_assert_eq!(out.get(PRODUCER_ID..PRODUCER_EPOCH), Some(producer));
     Some(out.freeze())
 }
 
@@ -209,7 +211,7 @@ mod tests {
         let b = batch(1, 2, 1_700_000_000_500, Compression::None);
         // An earlier clock in a later batch: a negative timestamp delta.
         let c = batch(70, 3, 1_699_999_999_000, Compression::None);
-        let joined = join(&[&a, &b, &c], 1000).expect("joinable");
+        let joined = join(&[&a, &b, &c], 3, 1000).expect("joinable");
         // The decoder checks the CRC-32C and the batch framing.
         let sets = RecordBatchDecoder::decode_all(&mut joined.clone()).expect("one valid batch");
         assert_eq!(sets.len(), 1);
@@ -246,13 +248,13 @@ mod tests {
         let gzip = batch(2, 0, 1_700_000_000_000, Compression::Gzip);
         assert!(joinable(&plain));
         assert!(!joinable(&gzip));
-        assert_eq!(join(&[&plain, &gzip], 0), None);
+        assert_eq!(join(&[&plain, &gzip], 3, 0), None);
         assert!(can_join(&plain, &plain));
         assert!(!can_join(&plain, &gzip));
         let mut other = plain.to_vec();
         other[PRODUCER_ID + 7] = 8; // producer id 8
         assert!(!can_join(&plain, &other));
-        assert_eq!(join(&[&plain, &Bytes::from(other)], 0), None);
+        assert_eq!(join(&[&plain, &Bytes::from(other)], 3, 0), None);
         let mut transactional = plain.to_vec();
         transactional[ATTRIBUTES + 1] = 0x10;
         assert!(!joinable(&transactional));
@@ -268,13 +270,13 @@ mod tests {
         let mut broken = plain.to_vec();
         broken[RECORD_COUNT + 3] = 3; // claims 3 records, holds 2
         assert!(!can_join(&plain, &broken));
-        assert_eq!(join(&[&plain, &Bytes::from(broken)], 0), None);
+        assert_eq!(join(&[&plain, &Bytes::from(broken)], 3, 0), None);
         for cut in [RECORDS + 1, plain.len() - 3] {
             let mut short = plain[..cut].to_vec();
             let len = (short.len() - 12) as i32;
             short[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&len.to_be_bytes());
             assert_eq!(
-                join(&[&plain, &Bytes::from(short)], 0),
+                join(&[&plain, &Bytes::from(short)], 3, 0),
                 None,
                 "cut at {cut}"
             );

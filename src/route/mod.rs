@@ -14,6 +14,7 @@ pub mod batch;
 pub mod join;
 pub mod produce;
 pub mod producers;
+pub mod recovery;
 pub mod scores;
 pub mod sequence;
 pub mod strategy;
@@ -78,6 +79,8 @@ pub struct Router {
     pub scores: Scores,
     pub strict_cost: StrictCost,
     pub producers: Producers,
+    /// What the brokers held of idempotent producers when kroute started.
+    pub recovery: recovery::Recovery,
     /// Unresolved batches a lane may hold before an idempotent batch spills to another
     /// broker (`routing.lane_spill_depth`).
     pub lane_spill_depth: u32,
@@ -97,6 +100,7 @@ impl Router {
                 Duration::from_millis(config.producer_expiry_ms),
                 config.max_producers,
             ),
+            recovery: recovery::Recovery::new(Duration::from_millis(config.producer_expiry_ms)),
             lane_spill_depth: config.lane_spill_depth,
             join_max_bytes: config.join_max_bytes as usize,
         }

@@ -1,17 +1,18 @@
-//! The idempotent producers kroute owns: those whose start it saw.
+//! The idempotent producers kroute owns: those whose batches it numbers itself.
 //!
-//! kroute may renumber a producer's batches only if it knows every number the brokers have
-//! seen from that producer. That holds for a producer id kroute saw handed out (an
-//! InitProducerId answer passing through it): a new producer id has no history anywhere, and
-//! the producer reaches the cluster only through this kroute. A producer that was already
-//! producing when kroute started (or that kroute forgot) is never renumbered: its batches stay
-//! byte-identical where the client put them. But an earlier kroute process may have renumbered
-//! it: its own numbers could then match numbers a broker holds, and a broker answers a batch
-//! whose numbers match one of its last five as a duplicate, without appending it (a silent
-//! loss). So such a producer is *adopted*: its batches of the epoch kroute first saw are
-//! answered OUT_OF_ORDER_SEQUENCE_NUMBER without being sent; the client resets to a newer epoch
-//! (KIP-360: numbering restarts at 0, which brokers accept), and batches of newer epochs pass
-//! untouched.
+//! kroute may renumber a producer's batches only if no number it hands out can match a batch
+//! the brokers already hold from that producer: a broker answers a batch whose numbers match
+//! one of its last five as a duplicate, without appending it (a silent loss). That holds for a
+//! producer id kroute saw handed out (an InitProducerId answer passing through it): a new
+//! producer id has no history anywhere, and the producer reaches the cluster only through this
+//! kroute. A producer kroute did not see start (it was producing before this kroute process
+//! started, through an earlier one that may have renumbered it) is *recovered*: kroute reads
+//! the epochs the brokers hold for it and writes its batches under a higher producer epoch,
+//! where every partition's numbering starts afresh ([`super::recovery`]). Only when that is not
+//! possible (the brokers could not be asked) is it *adopted*: its batches of the epoch kroute
+//! first saw are answered OUT_OF_ORDER_SEQUENCE_NUMBER without being sent; the client resets
+//! to a newer epoch (KIP-360: numbering restarts at 0, which brokers accept), and batches of
+//! newer epochs pass untouched, never moved.
 //!
 //! Each owned producer gets upstream connections of its own for its renumbered batches, and a
 //! batch is numbered and queued in one step under the producer's lock, always on the same
@@ -58,12 +59,25 @@ impl LinkKey {
     }
 }
 
+/// How kroute came to know a producer, which says what it may do with its batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// kroute numbers its batches and writes them under producer epoch client epoch +
+    /// `epoch_shift`: 0 for a producer kroute saw start; above every epoch the brokers hold
+    /// for it for a producer recovered after a kroute restart ([`super::recovery`]).
+    Numbered { epoch_shift: i16 },
+    /// Seen after a kroute restart, before kroute has read what the brokers hold: its batches
+    /// are answered "retry" until then.
+    Unresolved,
+    /// Neither: adopted (see above). Its batches of epochs before `passes_from` are refused,
+    /// later ones pass untouched, never renumbered.
+    Adopted { passes_from: i16 },
+}
+
 /// What kroute keeps for one owned producer.
 pub struct ProducerState {
     pub sequences: Producer,
-    /// Set for a producer kroute did not see start (adopted): its batches of epochs before
-    /// this are refused, later ones pass untouched, never renumbered.
-    pub passes_from: Option<i16>,
+    pub origin: Origin,
     /// Batches waiting for a partition to number them.
     pub waiting: Waiting,
     links: HashMap<LinkKey, Upstream>,
@@ -84,6 +98,15 @@ impl ProducerState {
 
     pub fn touch(&mut self, now: Instant) {
         self.last_used = now;
+    }
+
+    /// The producer epoch the brokers see for a batch of client epoch `epoch`: None if it
+    /// would overflow (the batch cannot be numbered).
+    pub fn upstream_epoch(&self, epoch: i16) -> Option<i16> {
+        match self.origin {
+            Origin::Numbered { epoch_shift } => epoch.checked_add(epoch_shift),
+            Origin::Unresolved | Origin::Adopted { .. } => None,
+        }
     }
 }
 
@@ -126,18 +149,18 @@ impl Producers {
 
     /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
     pub fn own(&self, producer_id: i64, now: Instant) {
-        self.insert(producer_id, None, now);
+        self.insert(producer_id, Origin::Numbered { epoch_shift: 0 }, now);
     }
 
-    /// An idempotent producer kroute did not see start, seen at `epoch`: from now on its
-    /// batches of that epoch are refused (it resets to a new epoch) and later ones pass
-    /// untouched. None if there is no room (or no newer epoch).
-    pub fn adopt(&self, producer_id: i64, epoch: i16, now: Instant) -> Option<Arc<OwnedProducer>> {
-        self.insert(producer_id, Some(epoch.checked_add(1)?), now);
+    /// An idempotent producer kroute did not see start: tracked from now on, its origin
+    /// resolved when kroute knows what the brokers hold for it ([`super::recovery`]). None if
+    /// there is no room.
+    pub fn unresolved(&self, producer_id: i64, now: Instant) -> Option<Arc<OwnedProducer>> {
+        self.insert(producer_id, Origin::Unresolved, now);
         self.get(producer_id)
     }
 
-    fn insert(&self, producer_id: i64, passes_from: Option<i16>, now: Instant) {
+    fn insert(&self, producer_id: i64, origin: Origin, now: Instant) {
         let mut map = self.map();
         if map.contains_key(&producer_id) {
             return;
@@ -151,7 +174,7 @@ impl Producers {
         }
         let state = ProducerState {
             sequences: Producer::default(),
-            passes_from,
+            origin,
             waiting: Waiting::default(),
             links: HashMap::new(),
             last_used: now,

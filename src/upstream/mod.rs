@@ -14,6 +14,7 @@
 //! hands the payload back through the reply's oneshot. If the broker goes away, every queued
 //! reply is dropped, and the client connections waiting for them close promptly.
 
+pub mod ask;
 mod reauth;
 
 use std::collections::VecDeque;

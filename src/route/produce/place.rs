@@ -19,7 +19,7 @@ use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber};
 use crate::route::join;
 use crate::route::producers::ProducerState;
-use crate::route::sequence::{BatchKey, Lookup, Producer, code};
+use crate::route::sequence::{BatchKey, Lookup, code};
 
 /// Where one partition entry goes.
 pub(super) enum Placement {
@@ -58,10 +58,10 @@ pub(super) enum Placement {
 }
 
 impl Placement {
-    /// With kroute's base sequence written into a numbered batch (and its CRC recomputed). A
-    /// batch that cannot be rewritten (which cannot happen for entries `sequenced` accepted) is
-    /// answered INVALID_RECORD, its numbers left as a hole.
-    pub fn renumbered(self, sequences: &mut Producer) -> Placement {
+    /// With kroute's producer epoch and base sequence written into a numbered batch (and its CRC
+    /// recomputed). A batch that cannot be rewritten (which cannot happen for entries
+    /// `sequenced` accepted) is answered INVALID_RECORD, its numbers left as a hole.
+    pub fn renumbered(self, state: &mut ProducerState) -> Placement {
         let Placement::Numbered {
             node,
             target,
@@ -72,7 +72,8 @@ impl Placement {
         else {
             return self;
         };
-        match renumber(&records, seq) {
+        let epoch = state.upstream_epoch(key.epoch);
+        match epoch.and_then(|epoch| renumber(&records, epoch, seq)) {
             Some(records) => Placement::Numbered {
                 node,
                 target,
@@ -80,7 +81,12 @@ impl Placement {
                 key,
                 records,
             },
-            None => Placement::Local(sequences.resolve(&key, target, seq, code::INVALID_RECORD)),
+            None => Placement::Local(state.sequences.resolve(
+                &key,
+                target,
+                seq,
+                code::INVALID_RECORD,
+            )),
         }
     }
 }

@@ -40,7 +40,9 @@ impl PlanJoin {
         routes: &mut [Route],
     ) {
         let parts: Vec<&Bytes> = self.records.iter().collect();
-        let joined = join::join(&parts, self.seq);
+        let joined = state
+            .upstream_epoch(self.epoch)
+            .and_then(|epoch| join::join(&parts, epoch, self.seq));
         let entry = destinations
             .get_mut(self.part)
             .and_then(|(_, data)| data.iter_mut().find(|t| t.name == *topic))

@@ -30,7 +30,7 @@ use crate::protocol::header::RequestHead;
 use crate::protocol::produce::TopicEntry;
 use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, KeepReason, sequenced};
-use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
+use crate::route::producers::{LinkKey, Origin, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
 use crate::upstream::{Outbound, PendingReply, Reply};
@@ -54,14 +54,32 @@ pub(super) fn owner(
         .flat_map(|(_, t)| &t.partitions)
         .find_map(|p| sequenced(p.records.as_ref()?))?;
     let producers = &proxy.router.producers;
-    let owned = producers.get(first.producer_id).or_else(|| {
-        let adopted = producers.adopt(first.producer_id, first.epoch, Instant::now());
-        if adopted.is_some() {
+    let now = Instant::now();
+    let owned = producers
+        .get(first.producer_id)
+        .or_else(|| producers.unresolved(first.producer_id, now))?;
+    resolve(
+        proxy,
+        &mut owned.lock(),
+        first.epoch,
+        first.producer_id,
+        now,
+    );
+    Some((first.producer_id, owned))
+}
+
+/// Settles the origin of a producer kroute did not see start, once kroute knows what the
+/// brokers hold ([`crate::route::recovery`]).
+fn resolve(proxy: &Proxy, state: &mut ProducerState, epoch: i16, producer_id: i64, now: Instant) {
+    if state.origin != Origin::Unresolved {
+        return;
+    }
+    if let Some(origin) = proxy.router.recovery.origin(producer_id, epoch, now) {
+        if matches!(origin, Origin::Adopted { .. }) {
             proxy.metrics.sequencing.adopted.increment(1);
         }
-        adopted
-    })?;
-    Some((first.producer_id, owned))
+        state.origin = origin;
+    }
 }
 
 /// Plans the request of owned producer `producer_id`; `header` is the request header bytes.
@@ -109,12 +127,14 @@ pub(super) fn plan(
                 .filter(|_| routed)
                 .and_then(sequenced)
                 .filter(|s| s.producer_id == producer_id);
-            let placement = match (records, numbering, state.passes_from) {
+            let placement = match (records, numbering, state.origin) {
+                // Not known yet what the brokers hold for it: the client retries.
+                (Some(_), Some(_), Origin::Unresolved) => Placement::Local(code::REQUEST_TIMED_OUT),
                 // An adopted producer: its old epoch is refused, newer ones pass untouched.
-                (Some(_), Some(s), Some(from)) if s.epoch < from => {
+                (Some(_), Some(s), Origin::Adopted { passes_from }) if s.epoch < passes_from => {
                     Placement::Local(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
                 }
-                (Some(_), Some(_), Some(_)) => {
+                (Some(_), Some(_), Origin::Adopted { .. }) => {
                     proxy
                         .metrics
                         .routing
@@ -122,7 +142,7 @@ pub(super) fn plan(
                         .increment(1);
                     Placement::Untouched
                 }
-                (Some(records), Some(s), None) => {
+                (Some(records), Some(s), Origin::Numbered { .. }) => {
                     let key = BatchKey {
                         topic: topic.name.clone(),
                         partition: entry.index,
@@ -143,7 +163,7 @@ pub(super) fn plan(
                     let movable = (None, &mut budget);
                     let placement =
                         place.entry(key.clone(), records, &mut choice, movable, earlier_waits);
-                    match placement.renumbered(&mut state.sequences) {
+                    match placement.renumbered(&mut state) {
                         Placement::Wait { movable } if !state.waiting.is_full() => {
                             let (reply, answer) = oneshot::channel();
                             state.waiting.push(Waiter {

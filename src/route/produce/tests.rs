@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,8 +127,41 @@ fn entries(frame: &Bytes) -> Vec<(String, i32, Bytes)> {
 }
 
 #[tokio::test]
+async fn a_producer_kroute_did_not_see_start_waits_until_the_brokers_state_is_read() {
+    let p = proxy("strict-cost");
+    let (head, produce, frame) = request(&[("t", 0, numbered_from(7))], -1, None);
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
+    assert!(
+        s.parts.is_empty(),
+        "nothing is sent before the state is read"
+    );
+    let merged = s.merge.unwrap().merge(vec![]);
+    let header_version = ApiKey::Produce.response_header_version(VERSION);
+    let (_, mut body) = crate::protocol::header::split_response(&merged, header_version).unwrap();
+    let r = ProduceResponse::decode(&mut body, VERSION).unwrap();
+    let p0 = &r.responses[0].partition_responses[0];
+    assert_eq!(p0.error_code, code::REQUEST_TIMED_OUT, "retriable");
+
+    // Once read, the same batch is numbered afresh above the epochs the brokers hold.
+    p.router.recovery.settle(Some(HashMap::from([(5, 2)])));
+    let (head, produce, frame) = request(&[("t", 0, numbered_from(7))], -1, None);
+    let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
+    assert_eq!(s.parts.len(), 1);
+    let sent = entries(&s.parts[0].frame);
+    let info = RecordBatchDecoder::decode_batch_info(&mut sent[0].2.clone()).unwrap();
+    let upstream_epoch = 3 + crate::route::recovery::EPOCH_GAP;
+    assert_eq!(
+        (info[0].producer_epoch, info[0].base_sequence),
+        (upstream_epoch, 0),
+        "a new epoch above the brokers' 2, numbered from 0"
+    );
+}
+
+#[tokio::test]
 async fn an_idempotent_producer_kroute_did_not_see_start_resets_then_passes_untouched() {
     let p = proxy("strict-cost");
+    // The brokers' state could not be read: adopted.
+    p.router.recovery.settle(None);
     slow_broker(&p, 1);
     let old_epoch = batch(&[None, None], Compression::None, 5, false);
     let (head, produce, frame) = request(&[("t", 0, old_epoch)], -1, None);
@@ -412,7 +446,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
     p.router.producers.own(5, Instant::now());
     // The client numbered it from 1000 on partition 0.
     let client_numbers = batch(&[None, None], Compression::None, 5, false);
-    let idempotent = crate::route::batch::renumber(&client_numbers, 1000).unwrap();
+    let idempotent = crate::route::batch::renumber(&client_numbers, 0, 1000).unwrap();
     let (head, produce, frame) = request(&[("t", 0, idempotent)], -1, None);
 
     let first = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
@@ -449,7 +483,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
 /// A batch of owned producer 5, numbered by the client from `base`.
 fn numbered_from(base: i32) -> Bytes {
     let b = batch(&[None, None], Compression::None, 5, false);
-    crate::route::batch::renumber(&b, base).unwrap()
+    crate::route::batch::renumber(&b, 0, base).unwrap()
 }
 
 /// The leader of partition `partition` of topic "t" in [`proxy`]'s layout.

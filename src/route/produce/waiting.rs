@@ -149,7 +149,7 @@ pub fn release(
             (Some(w.movable), &mut budget),
             earlier_waits,
         );
-        match placement.renumbered(&mut state.sequences) {
+        match placement.renumbered(state) {
             Placement::Wait { .. } if now < w.deadline => keep.push_back(w),
             Placement::Wait { .. } => {
                 counters.busy.increment(1);
@@ -197,7 +197,7 @@ pub fn release(
                 records,
             } => {
                 let joiners = if w.movable {
-                    take_joiners(proxy, state, &mut queue[i + 1..], &w, target, seq, &records)
+                    take_joiners(proxy, state, &mut queue[i + 1..], &w, target, seq)
                 } else {
                     Vec::new()
                 };
@@ -241,8 +241,9 @@ fn take_joiners(
     head: &Waiter,
     target: i32,
     seq: i32,
-    records: &Bytes,
 ) -> Vec<(Waiter, i32)> {
+    // The head's bytes as the client sent them: same producer and epoch as the joiners'.
+    let records = &head.records;
     let limit = proxy.router.join_max_bytes;
     let sequences = &mut state.sequences;
     if limit == 0 || !sequences.joins(&head.key.topic) || !join::joinable(records) {
@@ -288,7 +289,9 @@ fn send_joined(
     let mut parts: Vec<&Bytes> = Vec::with_capacity(joiners.len() + 1);
     parts.push(&records);
     parts.extend(joiners.iter().map(|(j, _)| &j.records));
-    let joined = join::join(&parts, seq);
+    let joined = state
+        .upstream_epoch(key.epoch)
+        .and_then(|epoch| join::join(&parts, epoch, seq));
     let topic = head.topic.clone();
     let shape = head.shape.clone();
     let mut numbered = vec![Numbered {
