@@ -4,22 +4,30 @@
 //! errors, so a typo never silently falls back to a default. [`Config::load`] returns an error
 //! that names the offending key and says what is wrong with it.
 
+pub mod overrides;
+mod show;
+
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+pub use overrides::{Override, SETTINGS, Setting};
+pub use show::REDACTED;
 
 pub use crate::security::config::{
     ClientAuth, Mechanism, OAuthConfig, SaslConfig, SaslMode, TlsConfig, UpstreamTlsConfig,
 };
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub listen: ListenConfig,
+    /// Required in practice (its bootstrap servers), but it may come from an override.
+    #[serde(default)]
     pub upstream: UpstreamConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -27,13 +35,57 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub routing: RoutingConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+}
+
+/// How kroute logs (the filter is `RUST_LOG`'s).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human-readable lines) or `json` (one JSON object per line, for log collectors).
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// What happens on SIGTERM or SIGINT: kroute stops accepting, lets the requests in flight
+/// finish and closes every client connection between requests.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// How long requests in flight may take to finish; connections still owed an answer then
+    /// are cut. Keep it under the orchestrator's grace period (Kubernetes: 30 s by default).
+    #[serde(default = "default_drain_timeout_ms")]
+    pub drain_timeout_ms: u64,
+}
+
+fn default_drain_timeout_ms() -> u64 {
+    10_000
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            drain_timeout_ms: default_drain_timeout_ms(),
+        }
+    }
 }
 
 /// How keyless produce batches are re-partitioned.
 ///
 /// A keyless record sent to an explicit partition looks exactly like a sticky-partitioned one
 /// on the wire, so routing is opt-in per topic: by default no topic is routed.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingConfig {
     #[serde(default = "default_strategy")]
@@ -79,7 +131,7 @@ pub struct RoutingConfig {
 }
 
 /// The routing strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Pure pass-through: batches stay where the client put them.
@@ -182,7 +234,7 @@ pub fn glob_match(glob: &str, name: &str) -> bool {
 /// The bootstrap port is what clients put in `bootstrap.servers`. Every broker of the cluster gets
 /// its own port, `broker_port_base + node_id`, so a node id always maps to the same kroute
 /// address and clients can cache it across kroute restarts.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenConfig {
     /// Interface the listeners bind to.
@@ -201,10 +253,11 @@ pub struct ListenConfig {
 }
 
 /// The real cluster behind kroute.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// `host:port` of one or more brokers, used to learn the cluster.
+    #[serde(default)]
     pub bootstrap_servers: Vec<String>,
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
@@ -219,7 +272,7 @@ pub struct UpstreamConfig {
     pub sasl: Option<SaslConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Largest frame accepted from a client or a broker (Kafka's socket.request.max.bytes).
@@ -230,7 +283,7 @@ pub struct LimitsConfig {
     pub max_in_flight_per_connection: usize,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// `host:port` of the HTTP endpoint serving /metrics, /health and /ready.
@@ -278,6 +331,18 @@ impl Default for ListenConfig {
     }
 }
 
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap_servers: Vec::new(),
+            connect_timeout_ms: default_connect_timeout_ms(),
+            metadata_refresh_ms: default_metadata_refresh_ms(),
+            tls: None,
+            sasl: None,
+        }
+    }
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
@@ -311,6 +376,33 @@ pub enum ConfigError {
         key: &'static str,
         problem: String,
     },
+    /// A flag or environment variable ([`Override`]) with a bad value.
+    #[error("{source_name}: {problem} (key `{key}`)")]
+    Override {
+        source_name: String,
+        key: &'static str,
+        problem: String,
+    },
+}
+
+/// Where the configuration file is.
+#[derive(Debug, Clone)]
+pub enum ConfigFile {
+    /// Named with `--config` or `KROUTE_CONFIG`: it must exist.
+    Given(PathBuf),
+    /// The default path: if there is no file there, kroute runs on the defaults and the
+    /// overrides (which must then name the bootstrap servers).
+    Default(PathBuf),
+}
+
+/// The configuration kroute runs with, and where it came from.
+#[derive(Debug, Clone)]
+pub struct Effective {
+    pub config: Config,
+    /// The file read; None when the default file is absent.
+    pub file: Option<PathBuf>,
+    /// The flags and environment variables applied over it.
+    pub overrides: Vec<Override>,
 }
 
 impl Config {
@@ -324,15 +416,63 @@ impl Config {
         Self::parse(&text, &shown)
     }
 
+    /// Reads the file (if any), puts the overrides over it and validates the result. An
+    /// invalid value an override set is reported naming the flag or variable.
+    pub fn load_with(file: &ConfigFile, overrides: &[Override]) -> Result<Effective, ConfigError> {
+        let (path, must_exist) = match file {
+            ConfigFile::Given(p) => (p, true),
+            ConfigFile::Default(p) => (p, false),
+        };
+        let shown = path.display().to_string();
+        let (mut config, origin, read) = match std::fs::read_to_string(path) {
+            Ok(text) => (Self::unvalidated(&text, &shown)?, shown, Some(path.clone())),
+            Err(e) if !must_exist && e.kind() == std::io::ErrorKind::NotFound => (
+                Self::unvalidated("", "defaults")?,
+                format!("defaults (no {shown})"),
+                None,
+            ),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: shown,
+                    source,
+                });
+            }
+        };
+        for o in overrides {
+            o.apply(&mut config)?;
+        }
+        config.validate(&origin).map_err(|e| match e {
+            ConfigError::Invalid { key, problem, .. }
+                if let Some(o) = overrides.iter().rev().find(|o| o.setting.key == key) =>
+            {
+                ConfigError::Override {
+                    source_name: o.source(),
+                    key,
+                    problem,
+                }
+            }
+            e => e,
+        })?;
+        Ok(Effective {
+            config,
+            file: read,
+            overrides: overrides.to_vec(),
+        })
+    }
+
     /// Parses and validates config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let config = Self::unvalidated(text, origin)?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    fn unvalidated(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             // toml's message already names the key, the line and what was expected.
             message: e.to_string().trim_end().to_string(),
-        })?;
-        config.validate(origin)?;
-        Ok(config)
+        })
     }
 
     fn validate(&self, origin: &str) -> Result<(), ConfigError> {
@@ -350,7 +490,8 @@ impl Config {
         if self.upstream.bootstrap_servers.is_empty() {
             return Err(invalid(
                 "upstream.bootstrap_servers",
-                "needs at least one host:port".into(),
+                "needs at least one host:port (or --bootstrap-servers / KROUTE_BOOTSTRAP_SERVERS)"
+                    .into(),
             ));
         }
         for server in &self.upstream.bootstrap_servers {
@@ -435,6 +576,12 @@ impl Config {
             crate::security::upstream_tls::client_config(tls)
                 .map_err(|problem| invalid("upstream.tls", problem))?;
         }
+        if self.shutdown.drain_timeout_ms > MAX_DRAIN_TIMEOUT_MS {
+            return Err(invalid(
+                "shutdown.drain_timeout_ms",
+                format!("must be at most {MAX_DRAIN_TIMEOUT_MS} (10 minutes)"),
+            ));
+        }
         if self.admin.listen.parse::<SocketAddr>().is_err() {
             return Err(invalid(
                 "admin.listen",
@@ -451,7 +598,14 @@ impl Config {
     pub fn metadata_refresh(&self) -> Duration {
         Duration::from_millis(self.upstream.metadata_refresh_ms)
     }
+
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown.drain_timeout_ms)
+    }
 }
+
+/// The longest drain at shutdown that is accepted (a typo guard: ten minutes).
+const MAX_DRAIN_TIMEOUT_MS: u64 = 600_000;
 
 /// Splits `host:port` (IPv6 hosts in brackets) into its parts.
 pub fn split_host_port(s: &str) -> Option<(&str, u16)> {

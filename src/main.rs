@@ -1,55 +1,74 @@
-//! The `kroute` command: run the proxy, or check a configuration file.
+//! The `kroute` command: run the proxy, or check its configuration.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::net::TcpListener;
 use tracing::info;
 
-use kroute::config::Config;
+use kroute::config::{Config, ConfigFile, Effective, LogFormat, overrides};
 use kroute::metrics::{LATENCY_BUCKETS, Metrics, UPSTREAM_LATENCY};
 use kroute::proxy::{Proxy, refresh_metadata};
 use kroute::{admin, listener};
 
+/// Read if `--config` and `KROUTE_CONFIG` are not given; kroute runs without it if it is absent.
+const DEFAULT_CONFIG: &str = "proxy.toml";
+
 #[derive(Parser)]
-#[command(version, about = "Kafka wire-protocol proxy")]
+#[command(
+    version,
+    about = "Kafka wire-protocol proxy",
+    after_help = "Each flag but --config overrides its key of the configuration file; each \
+                  can also be set with the environment variable shown. Precedence: flag, \
+                  environment variable, file, default."
+)]
 struct Cli {
-    /// Path to proxy.toml.
-    #[arg(long, global = true, default_value = "proxy.toml")]
-    config: PathBuf,
+    /// Path to the configuration file; it must exist. Without it, proxy.toml in the working
+    /// directory is read if it is there.
+    #[arg(long, global = true, env = "KROUTE_CONFIG", value_name = "PATH")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate a configuration file and exit (non-zero, naming the key, if it is wrong).
+    /// Print the effective configuration (file, flags, environment variables and defaults;
+    /// secrets redacted) as TOML and exit 0, or exit 2 naming the wrong key.
     CheckConfig,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let config = match Config::load(&cli.config) {
-        Ok(c) => c,
+    let matches = Cli::command().args(overrides::args()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let file = match cli.config {
+        Some(path) => ConfigFile::Given(path),
+        None => ConfigFile::Default(PathBuf::from(DEFAULT_CONFIG)),
+    };
+    let effective = match Config::load_with(&file, &overrides::from_matches(&matches)) {
+        Ok(e) => e,
         Err(e) => {
             eprintln!("kroute: invalid configuration: {e}");
             return ExitCode::from(2);
         }
     };
     if let Some(Command::CheckConfig) = cli.command {
-        println!("{}: ok", cli.config.display());
-        return ExitCode::SUCCESS;
+        return match effective.to_redacted_toml() {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kroute: cannot print the configuration: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging(effective.config.log.format);
+    log_origin(&effective);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -57,13 +76,53 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    match runtime.block_on(run(effective.config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("kroute stopped: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`): text lines, or one JSON object
+/// per line (the event's fields at the top level).
+fn init_logging(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
+}
+
+/// Which file and which overrides the configuration came from (names only: values of
+/// overrides are addresses and numbers, but a log line never needs them).
+fn log_origin(effective: &Effective) {
+    let file = match &effective.file {
+        Some(path) => path.display().to_string(),
+        None => format!("none ({DEFAULT_CONFIG} absent: defaults)"),
+    };
+    let overridden: Vec<String> = effective
+        .overrides
+        .iter()
+        .map(|o| format!("{} from {}", o.setting.key, o.source()))
+        .collect();
+    info!(
+        file,
+        overrides = overridden.join(", "),
+        "configuration loaded"
+    );
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

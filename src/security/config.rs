@@ -8,11 +8,11 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Certificate and key (PEM files) for TLS on every client listener, and optionally the CA
 /// that client certificates must chain to (mTLS).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     pub cert_file: PathBuf,
@@ -28,7 +28,7 @@ pub struct TlsConfig {
     pub reload_ms: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClientAuth {
     #[default]
@@ -38,7 +38,7 @@ pub enum ClientAuth {
 }
 
 /// TLS on every connection kroute opens to a broker.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTlsConfig {
     /// CA bundle (PEM) broker certificates must chain to; absent: the platform's roots.
@@ -59,7 +59,7 @@ pub struct UpstreamTlsConfig {
 }
 
 /// SASL toward the brokers.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaslConfig {
     /// `originate`: kroute authenticates every upstream connection itself and clients connect
@@ -92,7 +92,7 @@ pub struct SaslConfig {
 }
 
 /// An OAuth 2 token endpoint kroute gets OAUTHBEARER tokens from (client-credentials grant).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OAuthConfig {
     pub token_endpoint_url: String,
@@ -108,7 +108,7 @@ pub struct OAuthConfig {
     pub ca_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SaslMode {
     Originate,
@@ -116,7 +116,7 @@ pub enum SaslMode {
 }
 
 /// A SASL mechanism kroute can run as a client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum Mechanism {
     #[serde(rename = "PLAIN")]
     Plain,
