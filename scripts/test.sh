@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # machine by itself: librdkafka (built by the rdkafka dev-dependency) needs pkg-config and zlib;
 # the Python clients run in a pinned virtualenv; Kafka's jars come from Maven Central.
 need=()
-for pkg in pkg-config zlib1g-dev openssl; do
+for pkg in pkg-config zlib1g-dev openssl prometheus; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -54,6 +54,7 @@ pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>) -> Router {
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {
+    crate::metrics::observe(&admin.proxy, readiness(&admin.proxy).is_ok());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         admin.handle.render(),

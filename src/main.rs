@@ -130,6 +130,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .set_buckets_for_metric(Matcher::Full(UPSTREAM_LATENCY.into()), LATENCY_BUCKETS)?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
+    kroute::metrics::describe();
     let admin_listener = TcpListener::bind(&config.admin.listen)
         .await
         .with_context(|| format!("cannot listen on {} (admin.listen)", config.admin.listen))?;

@@ -8,8 +8,12 @@ use std::sync::{Arc, OnceLock};
 
 use dashmap::DashMap;
 use kafka_protocol::messages::ApiKey;
-use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use metrics::{
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
 
+use crate::proxy::Proxy;
 use crate::route::batch::KeepReason;
 
 /// Name of the upstream latency histogram (its buckets are set when the exporter is installed).
@@ -19,6 +23,272 @@ pub const UPSTREAM_LATENCY: &str = "kroute_upstream_request_duration_seconds";
 pub const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
 ];
+
+/// What kind of series a metric is, for [`describe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric kroute exports, wherever it is registered: name, kind, unit, help text. The
+/// one place metric names are documented; [`describe`] hands them to the recorder, so every
+/// `# HELP` line comes from here (a unit test checks that every name registered in `src/` is
+/// listed).
+pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
+    // Process state.
+    (
+        "kroute_ready",
+        Kind::Gauge,
+        None,
+        "1 while kroute is ready for traffic (what /ready answers 200 for), else 0",
+    ),
+    // Client side.
+    (
+        "kroute_client_connections_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client connections accepted",
+    ),
+    (
+        "kroute_client_connections_active",
+        Kind::Gauge,
+        Some(Unit::Count),
+        "Client connections open now",
+    ),
+    (
+        "kroute_requests_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client requests by API (unknown: API keys kroute does not know)",
+    ),
+    (
+        "kroute_request_bytes_total",
+        Kind::Counter,
+        Some(Unit::Bytes),
+        "Bytes of client requests by API",
+    ),
+    (
+        "kroute_response_bytes_total",
+        Kind::Counter,
+        Some(Unit::Bytes),
+        "Bytes of responses to clients by API",
+    ),
+    (
+        "kroute_client_protocol_errors_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client connections closed by kroute for a bad frame or an unsupported SASL exchange, by reason",
+    ),
+    (
+        "kroute_tls_handshake_failures_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client connections that failed the TLS handshake",
+    ),
+    (
+        "kroute_client_sasl_refused_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Clients that tried SASL on a kroute that authenticates upstream itself (originate)",
+    ),
+    // Brokers.
+    (
+        "kroute_brokers_known",
+        Kind::Gauge,
+        Some(Unit::Count),
+        "Brokers in kroute's cluster view, each with a listener",
+    ),
+    (
+        "kroute_metadata_refresh_failures_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Rounds of kroute's own metadata refresh in which no broker answered",
+    ),
+    (
+        "kroute_upstream_unavailable_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client connections closed because their broker could not be reached",
+    ),
+    (
+        "kroute_upstream_connect_failures_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Connections to a broker that failed (TCP, TLS or SASL, or timed out), by broker",
+    ),
+    (
+        "kroute_upstream_disconnects_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Broker connections that ended with requests in flight, by broker",
+    ),
+    (
+        UPSTREAM_LATENCY,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Round trip of requests forwarded to a broker, by broker and API",
+    ),
+    (
+        "kroute_upstream_produce_bytes_total",
+        Kind::Counter,
+        Some(Unit::Bytes),
+        "Produce request bytes sent to each broker",
+    ),
+    (
+        "kroute_upstream_protocol_errors_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Broker responses kroute could not parse or match to a request",
+    ),
+    (
+        "kroute_rewrite_errors_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Broker responses whose broker addresses kroute could not rewrite",
+    ),
+    // Routing.
+    (
+        "kroute_broker_latency_seconds",
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "Routing score: each broker's Produce round-trip estimate (peak-sensitive EWMA)",
+    ),
+    (
+        "kroute_broker_cost_seconds",
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "Routing score: each broker's cost, the latency estimate or the mean age of its Produce requests in flight if larger (neutral when stale)",
+    ),
+    (
+        "kroute_batches_moved_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Keyless batches routing moved from the client's broker to another, by topic, from and to broker",
+    ),
+    (
+        "kroute_records_moved_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Records in the batches routing moved, by topic, from and to broker",
+    ),
+    (
+        "kroute_moved_bytes_total",
+        Kind::Counter,
+        Some(Unit::Bytes),
+        "Bytes of the batches routing moved, by topic, from and to broker",
+    ),
+    (
+        "kroute_batches_kept_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Produce batches left where the client put them, by reason",
+    ),
+    // Idempotent producers.
+    (
+        "kroute_idempotent_batches_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Batches of idempotent producers whose numbering kroute owns, by outcome",
+    ),
+    (
+        "kroute_idempotent_producers",
+        Kind::Gauge,
+        Some(Unit::Count),
+        "Idempotent producers whose numbering kroute tracks now",
+    ),
+    (
+        "kroute_idempotent_producers_max",
+        Kind::Gauge,
+        Some(Unit::Count),
+        "Most idempotent producers kroute tracks at once (routing.max_producers)",
+    ),
+    (
+        "kroute_idempotent_producers_adopted_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Idempotent producers kroute did not see start, asked once to reset to a newer epoch",
+    ),
+    (
+        "kroute_idempotent_producers_recovered_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Idempotent producers kroute did not see start, numbered again above the epochs the brokers hold for them",
+    ),
+    (
+        "kroute_idempotent_producers_refused_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Idempotent producers not tracked because routing.max_producers were tracked already",
+    ),
+    (
+        "kroute_idempotent_producers_expired_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Idle idempotent producers forgotten after routing.producer_expiry_ms",
+    ),
+    // Security.
+    (
+        "kroute_sasl_authentications_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Upstream connections kroute authenticated with its own credentials, by mechanism",
+    ),
+    (
+        "kroute_sasl_authentication_failures_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Brokers refusing kroute's credentials (or breaking off the exchange), by mechanism",
+    ),
+    (
+        "kroute_sasl_reauthentications_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "KIP-368 re-authentications of live upstream connections, by mechanism",
+    ),
+    (
+        "kroute_upstream_tls_handshake_failures_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "TLS handshakes with brokers that failed, by broker and reason",
+    ),
+    (
+        "kroute_tls_reloads_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Changed certificate files re-read, by what (listener, upstream) and result (ok, error: the old files stay)",
+    ),
+    (
+        "kroute_tls_certificate_expiry_timestamp_seconds",
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "When the certificate in use expires, Unix time, by what (listener, upstream)",
+    ),
+];
+
+/// Gives the recorder the help text and unit of every metric in [`DESCRIPTIONS`]. Call once,
+/// right after the recorder is installed.
+pub fn describe() {
+    for &(name, kind, unit, help) in DESCRIPTIONS {
+        match (kind, unit) {
+            (Kind::Counter, Some(u)) => describe_counter!(name, u, help),
+            (Kind::Counter, None) => describe_counter!(name, help),
+            (Kind::Gauge, Some(u)) => describe_gauge!(name, u, help),
+            (Kind::Gauge, None) => describe_gauge!(name, help),
+            (Kind::Histogram, Some(u)) => describe_histogram!(name, u, help),
+            (Kind::Histogram, None) => describe_histogram!(name, help),
+        }
+    }
+}
+
+/// Sets the gauges that mirror kroute's state rather than count events: `kroute_ready` (1 if
+/// `ready`: pass what `/ready` answers, so the two always agree) and
+/// `kroute_idempotent_producers_max`. Call before every render of `/metrics`.
+pub fn observe(proxy: &Proxy, ready: bool) {
+    gauge!("kroute_ready").set(if ready { 1.0 } else { 0.0 });
+    gauge!("kroute_idempotent_producers_max").set(proxy.config.routing.max_producers as f64);
+}
 
 /// Largest API key kroute keeps per-API series for; higher keys count as "unknown".
 const API_SLOTS: usize = 128;
@@ -106,7 +376,7 @@ impl RoutingMetrics {
             MoveCounters {
                 batches: counter!("kroute_batches_moved_total", &labels),
                 records: counter!("kroute_records_moved_total", &labels),
-                bytes: counter!("kroute_bytes_moved_total", &labels),
+                bytes: counter!("kroute_moved_bytes_total", &labels),
             }
         });
         counters.batches.increment(1);
@@ -285,6 +555,77 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `counter!`/`gauge!`/`histogram!` with a literal name anywhere under `src/`.
+    fn registered_in_sources() -> Vec<(String, Kind, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<(String, Kind, String)>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (mac, kind) in [
+                    ("counter!(", Kind::Counter),
+                    ("gauge!(", Kind::Gauge),
+                    ("histogram!(", Kind::Histogram),
+                ] {
+                    for (at, _) in text.match_indices(mac) {
+                        let rest = text[at + mac.len()..].trim_start();
+                        let Some(lit) = rest.strip_prefix('"') else {
+                            continue;
+                        };
+                        let name = &lit[..lit.find('"').unwrap()];
+                        if name.is_empty()
+                            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                        {
+                            continue;
+                        }
+                        out.push((name.to_string(), kind, path.display().to_string()));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn every_metric_is_described_with_a_unit_in_its_name() {
+        let found = registered_in_sources();
+        assert!(found.len() > 20, "the source scan found only {found:?}");
+        for (name, kind, file) in &found {
+            let described = DESCRIPTIONS.iter().find(|d| d.0 == name);
+            assert!(
+                described.is_some_and(|d| d.1 == *kind),
+                "{file}: {name} ({kind:?}) is not in metrics::DESCRIPTIONS as a {kind:?}"
+            );
+        }
+        let mut names = std::collections::HashSet::new();
+        for &(name, kind, unit, help) in DESCRIPTIONS {
+            assert!(names.insert(name), "{name} is described twice");
+            assert!(name.starts_with("kroute_"), "{name}");
+            assert!(!help.is_empty() && !help.ends_with('.'), "{name}: {help:?}");
+            assert_eq!(kind == Kind::Counter, name.ends_with("_total"), "{name}");
+            let suffix = match unit {
+                Some(Unit::Seconds) => Some("_seconds"),
+                Some(Unit::Bytes) => Some("_bytes"),
+                _ => None,
+            };
+            if let Some(suffix) = suffix {
+                let base = name.strip_suffix("_total").unwrap_or(name);
+                assert!(base.ends_with(suffix), "{name} must end in {suffix}");
+            }
+        }
+    }
 
     #[test]
     fn api_names_and_slots() {

@@ -10,6 +10,7 @@
 
 pub mod librdkafka;
 pub mod producers;
+pub mod prometheus;
 pub mod secured;
 pub mod slow;
 
