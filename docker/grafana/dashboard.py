@@ -291,11 +291,13 @@ def build():
         ],
     )
     d.timeseries(
-        "Idempotent producers adopted, refused, expired",
-        "Per second: producers kroute did not see start (adopted), turned away at the cap "
-        "(refused), forgotten when idle (expired).",
+        "Idempotent producers recovered, adopted, refused, expired",
+        "Per second: producers kroute did not see start, numbered again above the brokers' "
+        "epochs (recovered, after a kroute restart) or reset once and passed through (adopted); "
+        "producers turned away at the cap (refused); forgotten when idle (expired).",
         "ops",
         [
+            (rate("kroute_idempotent_producers_recovered_total"), "recovered"),
             (rate("kroute_idempotent_producers_adopted_total"), "adopted"),
             (rate("kroute_idempotent_producers_refused_total"), "refused"),
             (rate("kroute_idempotent_producers_expired_total"), "expired"),
