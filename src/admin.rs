@@ -75,6 +75,9 @@ async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 
 /// Whether kroute should be sent traffic, and if not, why.
 pub fn readiness(proxy: &Proxy) -> Result<(), &'static str> {
+    if proxy.shutdown.is_draining() {
+        return Err("not ready: shutting down\n");
+    }
     if !proxy.cluster.is_ready()
         || (proxy.cluster.node_ids().is_empty() && !proxy.security.learns_brokers_from_clients())
     {

@@ -3,6 +3,9 @@
 //! Broker listeners follow the cluster view: a broker that appears gets a listener on
 //! `broker_port_base + node_id` without a restart, and one that leaves the cluster loses it
 //! (connections already open on it carry on until either side closes them).
+//!
+//! When shutdown begins ([`crate::client::Shutdown`]) every listener closes at once, so new
+//! connections are refused, and no broker gets a new one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +26,8 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How soon a broker listener that failed to bind is tried again.
 const REBIND_AFTER: Duration = Duration::from_secs(5);
 
-/// Binds the bootstrap listener, then keeps one listener per known broker until shutdown.
+/// Binds the bootstrap listener, then keeps one listener per known broker until shutdown
+/// begins.
 pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
     let listen = &proxy.config.listen;
     let bootstrap = TcpListener::bind((listen.bind_host.as_str(), listen.bootstrap_port))
@@ -52,15 +56,18 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
     let mut changes = proxy.cluster.subscribe();
     let mut running: BTreeMap<i32, JoinHandle<()>> = BTreeMap::new();
     loop {
+        if proxy.shutdown.is_draining() {
+            return Ok(()); // every accept loop ends by itself
+        }
         let all_bound = sync_listeners(&proxy, &tls, &mut running).await;
         proxy.metrics.brokers_known.set(running.len() as f64);
-        if all_bound {
-            if changes.changed().await.is_err() {
+        // A failed bind is retried later, or sooner if the cluster changes.
+        tokio::select! {
+            _ = proxy.shutdown.draining() => return Ok(()),
+            changed = changes.changed() => if changed.is_err() {
                 return Ok(());
-            }
-        } else {
-            // Retry a failed bind later, or sooner if the cluster changes.
-            let _ = tokio::time::timeout(REBIND_AFTER, changes.changed()).await;
+            },
+            _ = tokio::time::sleep(REBIND_AFTER), if !all_bound => {}
         }
     }
 }
@@ -130,7 +137,13 @@ async fn accept(
     proxy: Arc<Proxy>,
 ) {
     loop {
-        match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            // Dropping the listener closes its socket: new connections are refused.
+            _ = proxy.shutdown.draining() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 let proxy = proxy.clone();

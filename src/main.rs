@@ -2,11 +2,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::net::TcpListener;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::info;
 
 use kroute::config::{Config, ConfigFile, Effective, LogFormat, overrides};
@@ -76,7 +78,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(effective.config)) {
+    let result = runtime.block_on(run(effective.config));
+    // Tasks still running (broker connections, timers) end here; nothing waits on them.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("kroute stopped: {e:#}");
@@ -126,6 +131,8 @@ fn log_origin(effective: &Effective) {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
+    // First: from now on SIGTERM and SIGINT drain instead of killing.
+    let mut signals = Signals::new().context("cannot handle SIGTERM and SIGINT")?;
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(UPSTREAM_LATENCY.into()), LATENCY_BUCKETS)?
         .install_recorder()
@@ -141,24 +148,42 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(refresh_metadata(proxy.clone()));
     tokio::spawn(kroute::route::recovery::read_held_epochs(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
-    let listening = tokio::spawn(listener::run(proxy));
+    let listening = tokio::spawn(listener::run(proxy.clone()));
 
-    tokio::select! {
-        result = listening => result.context("listener task failed")?,
-        _ = shutdown_signal() => {
-            info!("shutting down");
-            Ok(())
-        }
-    }
+    let signal = tokio::select! {
+        result = listening => return result.context("listener task failed")?,
+        signal = signals.recv() => signal,
+    };
+    // A second signal cuts what is still draining.
+    let hurry = async {
+        signals.recv().await;
+    };
+    proxy
+        .shutdown
+        .drain(signal, proxy.config.drain_timeout(), hurry)
+        .await;
+    Ok(())
 }
 
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+/// SIGTERM (Kubernetes, docker stop) and SIGINT (Ctrl-C).
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next one and names it.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
     }
 }

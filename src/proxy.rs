@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::client::Shutdown;
 use crate::cluster::{ClusterView, fetch_brokers};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -20,6 +21,8 @@ pub struct Proxy {
     pub metrics: Metrics,
     pub addresses: AddressMap,
     pub router: Router,
+    /// Graceful shutdown: listeners and client sessions watch it.
+    pub shutdown: Shutdown,
 }
 
 impl Proxy {
@@ -50,6 +53,7 @@ impl Proxy {
             metrics,
             addresses,
             router,
+            shutdown: Shutdown::new(),
         }))
     }
 }

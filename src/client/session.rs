@@ -5,16 +5,22 @@
 //! front of that queue as they complete, so the client sees answers in the order it asked even
 //! when later parts finish first. A malformed frame ends only this connection, with one log
 //! line and a metric.
+//!
+//! At shutdown ([`super::Shutdown`]) the reader stops taking requests, the writer writes every
+//! answer still owed and then closes the connection, between two answers; what the client sent
+//! meanwhile is read and dropped until it closes too (closing with unread bytes would reset the
+//! connection under answers it has not read yet). The broker connections stay open until the
+//! last answer is in.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::oneshot::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
@@ -106,6 +112,17 @@ impl Upstreams<'_> {
     }
 }
 
+/// How long a drained connection waits for its client to close after the last answer.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Why the reader stopped without an error.
+enum ReadEnd {
+    /// The client closed the connection.
+    Closed,
+    /// Shutdown began: no more requests are taken.
+    Draining,
+}
+
 /// Why kroute closed a client connection.
 #[derive(Debug, thiserror::Error)]
 enum ClientError {
@@ -117,6 +134,8 @@ enum ClientError {
     Upstream(#[from] UpstreamGone),
     #[error(transparent)]
     Sasl(#[from] UnsupportedV0),
+    #[error("the drain timeout passed with answers still owed")]
+    Cut,
 }
 
 /// Keeps the active-connections gauge honest however the session ends.
@@ -128,7 +147,7 @@ impl Drop for ActiveConnection<'_> {
     }
 }
 
-/// Serves one client connection until either side closes it.
+/// Serves one client connection until either side closes it, or shutdown closes it.
 pub async fn serve<S>(stream: S, peer: SocketAddr, target: Target, proxy: Arc<Proxy>)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -136,6 +155,10 @@ where
     proxy.metrics.connections_accepted.increment(1);
     proxy.metrics.connections_active.increment(1.0);
     let _active = ActiveConnection(&proxy);
+    let mut session = proxy.shutdown.session();
+    if proxy.shutdown.is_draining() {
+        return;
+    }
 
     let upstream = match connect_upstream(&proxy, target).await {
         Ok(u) => u,
@@ -145,17 +168,29 @@ where
             return;
         }
     };
-    let (rd, wr) = tokio::io::split(stream);
+    let (mut rd, wr) = tokio::io::split(stream);
     let (slots_tx, slots_rx) = mpsc::channel(proxy.config.limits.max_in_flight_per_connection);
 
-    let upstreams = Upstreams {
+    // Owned here, not by the reader: at shutdown the answers still come in after it stopped.
+    let mut upstreams = Upstreams {
         proxy: &proxy,
         home: upstream,
         others: HashMap::new(),
     };
+    let writer = write_replies(wr, slots_rx, &proxy);
+    tokio::pin!(writer);
     tokio::select! {
-        read = read_requests(rd, upstreams, slots_tx, &proxy) => match read {
-            Ok(()) => debug!(%peer, "client closed the connection"),
+        read = read_requests(&mut rd, &mut upstreams, slots_tx, &proxy) => match read {
+            Ok(ReadEnd::Closed) => debug!(%peer, "client closed the connection"),
+            Ok(ReadEnd::Draining) => match writer.await {
+                Ok(()) => {
+                    session.answered();
+                    linger(&mut rd, &proxy).await;
+                    debug!(%peer, "connection drained at shutdown");
+                }
+                Err(ClientError::Cut) => debug!(%peer, "connection cut at the drain timeout"),
+                Err(e) => debug!(%peer, "client connection ended while draining: {e}"),
+            },
             Err(ClientError::Upstream(_)) => debug!(%peer, "upstream went away"),
             // A reset or other socket error is the client's business, not a protocol problem.
             Err(ClientError::Frame(FrameError::Io(e))) => debug!(%peer, "client connection failed: {e}"),
@@ -164,11 +199,28 @@ where
                 warn!(%peer, ?target, "closing client connection: {e}");
             }
         },
-        written = write_replies(wr, slots_rx, &proxy) => {
+        written = &mut writer => {
             if let Err(e) = written {
                 debug!(%peer, "client connection ended while replying: {e}");
             }
         }
+    }
+}
+
+/// After the last answer of a drained connection: reads and drops whatever the client still
+/// sends until it closes (it has seen the end of the connection), for [`LINGER`] at most and
+/// never past the drain timeout.
+async fn linger(rd: &mut (impl AsyncRead + Unpin), proxy: &Proxy) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let until_closed = async {
+        while let Ok(n) = rd.read(&mut buf).await
+            && n > 0
+        {}
+    };
+    tokio::select! {
+        _ = until_closed => {}
+        _ = tokio::time::sleep(LINGER) => {}
+        _ = proxy.shutdown.cut() => {}
     }
 }
 
@@ -180,7 +232,7 @@ fn count_protocol_error(proxy: &Proxy, e: &ClientError) {
         ClientError::Frame(FrameError::Truncated(_)) => errors.truncated.increment(1),
         ClientError::Header(_) => errors.bad_header.increment(1),
         ClientError::Sasl(_) => errors.unsupported_sasl.increment(1),
-        ClientError::Frame(FrameError::Io(_)) | ClientError::Upstream(_) => {}
+        ClientError::Frame(FrameError::Io(_)) | ClientError::Upstream(_) | ClientError::Cut => {}
     }
 }
 
@@ -213,20 +265,29 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
     }
 }
 
+/// Reads requests and sends them on, queueing a reply slot for each, until the client closes
+/// or shutdown begins (checked before every request, so none is taken after).
 async fn read_requests(
     rd: impl AsyncRead + Unpin,
-    mut upstreams: Upstreams<'_>,
+    upstreams: &mut Upstreams<'_>,
     slots: mpsc::Sender<Slot>,
     proxy: &Arc<Proxy>,
-) -> Result<(), ClientError> {
+) -> Result<ReadEnd, ClientError> {
     let home = upstreams.home.node_id;
     // Side connections carry kroute's identity, not the client's: once the client
     // authenticates, its batches move only where it may write itself.
     let mut sasl = ClientSasl::default();
     let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
     let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
-    while let Some(frame) = frames.next().await {
-        let frame = frame?;
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = proxy.shutdown.draining() => return Ok(ReadEnd::Draining),
+            frame = frames.next() => match frame {
+                Some(frame) => frame?,
+                None => return Ok(ReadEnd::Closed),
+            },
+        };
         if sasl.take_raw_token() {
             forward_raw_token(&upstreams.home, &slots, frame).await?;
             continue;
@@ -321,7 +382,6 @@ async fn read_requests(
             }
         }
     }
-    Ok(())
 }
 
 /// A SASL request of the client's: refused by kroute itself in originate mode (the answer is
@@ -388,6 +448,10 @@ fn learn_written_topics(written: &Arc<WrittenTopics>, api_version: i16) -> Answe
     })
 }
 
+/// Writes the replies in request order, each as soon as it is complete, until the reader has
+/// stopped and every reply is written; then closes the connection (for writing). At the drain
+/// timeout it stops waiting for answers ([`ClientError::Cut`]), having written whole frames
+/// only.
 async fn write_replies(
     wr: impl AsyncWrite + Unpin,
     mut slots: mpsc::Receiver<Slot>,
@@ -404,7 +468,10 @@ async fn write_replies(
                     Err(TryRecvError::Empty) => {
                         // Nothing ready to add: let the client have what is buffered meanwhile.
                         out.flush().await.map_err(FrameError::Io)?;
-                        reply.await.unwrap_or(Err(UpstreamGone))
+                        tokio::select! {
+                            answer = &mut reply => answer.unwrap_or(Err(UpstreamGone)),
+                            _ = proxy.shutdown.cut() => return Err(ClientError::Cut),
+                        }
                     }
                 };
                 if answer.is_err() {
@@ -420,8 +487,11 @@ async fn write_replies(
             } => {
                 out.flush().await.map_err(FrameError::Io)?;
                 let mut answers = Vec::with_capacity(replies.len());
-                for reply in replies {
-                    answers.push(reply.await.unwrap_or(Err(UpstreamGone)));
+                for mut reply in replies {
+                    answers.push(tokio::select! {
+                        answer = &mut reply => answer.unwrap_or(Err(UpstreamGone)),
+                        _ = proxy.shutdown.cut() => return Err(ClientError::Cut),
+                    });
                 }
                 (api_key, merge.merge(answers))
             }
@@ -439,6 +509,7 @@ async fn write_replies(
             out.flush().await.map_err(FrameError::Io)?;
         }
     }
-    out.flush().await.map_err(FrameError::Io)?;
+    // Flushes, then ends the stream (TLS close_notify, TCP FIN) after the last whole answer.
+    out.shutdown().await.map_err(FrameError::Io)?;
     Ok(())
 }
