@@ -63,7 +63,7 @@ pub async fn exchange<Req: Encodable, Resp: Decodable>(
             "unexpected correlation id"
         );
         let (_, mut body) = split_response(&frame, api.response_header_version(version))?;
-        Ok(Resp::decode(&mut body, version)?)
+        Resp::decode(&mut body, version)
     })
     .await
     .map_err(|_| anyhow::anyhow!("timed out after {:?}", ask.timeout))?
