@@ -12,6 +12,7 @@ pub mod librdkafka;
 pub mod producers;
 pub mod prometheus;
 pub mod secured;
+pub mod shutdown;
 pub mod slow;
 
 use std::collections::BTreeMap;
@@ -214,6 +215,19 @@ impl Kroute {
     pub fn crash_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.child = spawn_kroute(&self._config.0, &self.logs);
+        self.wait_ready();
+    }
+
+    /// Stops kroute with SIGTERM (a graceful shutdown, which must end in exit code 0) and starts
+    /// it again with the same configuration and ports; its log lines keep going to the same place.
+    pub fn terminate_and_restart(&mut self) {
+        self.sigterm();
+        let status = self.wait_exit(Duration::from_secs(60));
+        assert!(
+            status.success(),
+            "kroute exited with {status} after SIGTERM"
+        );
         self.child = spawn_kroute(&self._config.0, &self.logs);
         self.wait_ready();
     }
