@@ -209,6 +209,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_second_signal_cuts_at_once() {
+        let shutdown = std::sync::Arc::new(Shutdown::new());
+        let s = shutdown.clone();
+        let stuck = tokio::spawn(async move {
+            let _session = s.session();
+            s.cut().await;
+        });
+        tokio::task::yield_now().await;
+        let start = tokio::time::Instant::now();
+        let outcome = shutdown
+            .drain("test", Duration::from_secs(10), async {})
+            .await;
+        stuck.await.unwrap();
+        assert_eq!(outcome.cut, 1);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn drain_without_sessions_ends_at_once() {
         let shutdown = Shutdown::new();
         let start = tokio::time::Instant::now();
