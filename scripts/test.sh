@@ -13,9 +13,11 @@ cd "$(dirname "$0")/.."
 
 # What the tests need beyond the README's tools is set up here, so this command works on a fresh
 # machine by itself: librdkafka (built by the rdkafka dev-dependency) needs pkg-config and zlib;
-# the Python clients run in a pinned virtualenv; Kafka's jars come from Maven Central.
+# the Python clients run in a pinned virtualenv; Kafka's jars come from Maven Central; the
+# container tests (tests/sidecar.rs) build and run images with podman (runc, catatonit for its
+# pause image, netavark) and put the CA bundle (ca-certificates) into the image.
 need=()
-for pkg in pkg-config zlib1g-dev openssl prometheus; do
+for pkg in pkg-config zlib1g-dev openssl prometheus podman runc catatonit netavark ca-certificates; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
