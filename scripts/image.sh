@@ -51,7 +51,9 @@ build_image() { # context dockerfile name
   case "$engine" in
     docker) docker build --quiet -f "$2" -t "$3:$tag" -t "$3:latest" "$1" >/dev/null ;;
     podman) mkdir -p target/podman
-            podman_ build --quiet --layers -f "$2" -t "$3:$tag" -t "$3:latest" "$1" >/dev/null ;;
+            podman_ build --quiet --layers -f "$2" -t "$3:$tag" -t "$3:latest" "$1" >/dev/null
+            # Earlier builds' images, now untagged, would pile up in target/podman.
+            podman_ image prune -f >/dev/null ;;
     *) echo "image.sh: KROUTE_IMAGE_ENGINE must be docker or podman, not $engine" >&2; exit 1 ;;
   esac
   echo "$3:$tag"

@@ -235,10 +235,14 @@ fn image_is_small_static_non_root_and_documents_its_ports() {
         "check-config",
     ]);
     for part in [
-        "kafka-a.example:9093",
-        "kafka-b.example:9093",
-        "0.0.0.0:9700",
-        "json",
+        "# effective configuration: /etc/kroute/proxy.toml",
+        "# upstream.bootstrap_servers set by KROUTE_BOOTSTRAP_SERVERS",
+        "bootstrap_servers = [\"kafka-a.example:9093\", \"kafka-b.example:9093\"]",
+        "listen = \"0.0.0.0:9700\"",
+        "format = \"json\"",
+        // the image's own file underneath
+        "bind_host = \"0.0.0.0\"",
+        "include = [\"*\"]",
     ] {
         assert!(
             effective.contains(part),
