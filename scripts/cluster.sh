@@ -11,7 +11,8 @@
 #                                            running cluster keeps whether it is secured, and
 #                                            `start --secured` fails on one running without it
 #   scripts/cluster.sh stop [--keep-data]    SIGTERM all nodes and relays (SIGKILL after a grace
-#                                            period); removes data, mode, secured flag and delays
+#                                            period); removes data, mode, secured flag, delays and
+#                                            caps
 #                                            unless --keep-data (<state>/pki is kept: reused)
 #   scripts/cluster.sh status                "mode M", "secured yes|no", then one line per node (and
 #                                            per relay); exit 0 iff all 4 nodes (and in relayed mode
@@ -24,6 +25,15 @@
 #   scripts/cluster.sh delay N MS            relayed mode: broker N answers MS ms late from now on,
 #                                            for every client and for its followers (0 = no delay)
 #   scripts/cluster.sh delays                one line per broker: "broker N MS"
+#   scripts/cluster.sh cap N MBPS            relayed mode: broker N's link carries at most MBPS MB/s
+#                                            (10^6 bytes/s, decimal, e.g. 12.5; 0 = unlimited) in
+#                                            each direction, for every client and its followers;
+#                                            returns once the relay applied it (within ~100 ms)
+#   scripts/cluster.sh caps                  one line per broker: "broker N MBPS" (0 = unlimited)
+#   scripts/cluster.sh restart-relays [N...] relayed mode: restart the relays (all, or brokers N),
+#                                            e.g. to run a rebuilt delay_relay; their delay and cap
+#                                            files are kept. The brokers keep running, but every
+#                                            connection through a restarted relay is dropped once
 #   scripts/cluster.sh cut N                 relayed mode: cut every open connection to broker N
 #                                            (SIGUSR1 to its relay, which closes both sockets of
 #                                            each; new connections work at once); exit 1 if the
@@ -57,7 +67,9 @@
 #            listener 1909(1+N), and the broker ADVERTISES the relay. Clients, kroute and the other
 #            brokers' replica fetchers (inter-broker traffic uses the advertised listener) thus all
 #            reach broker N through its relay, which delays everything the broker sends back by the
-#            ms in <state>/delay/brokerN (`delay N MS`; re-read every 100 ms). Relays are started
+#            ms in <state>/delay/brokerN (`delay N MS`; re-read every 100 ms), and caps its
+#            bandwidth per direction at the MB/s in <state>/cap/brokerN (`cap N MBPS`: a token
+#            bucket, like the broker's own link; re-read every 100 ms). Relays are started
 #            before the brokers, stopped by stop, restarted by start-broker, and survive
 #            kill-broker (new connections to a killed broker just fail). Logs: <state>/logs/relayN.log.
 #            The controller (19091) is not relayed. In secured mode the same relay process (one
@@ -105,7 +117,8 @@
 # Environment:
 #   KROUTE_KAFKA_VERSION  Apache Kafka version from Maven Central (default 4.1.2)
 #   KROUTE_CACHE          jar dir (default $HOME/.cache/kroute/kafka-lib-<version>)
-#   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, pki/, mode, secured
+#   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, cap/, pki/, mode,
+#                         secured
 #                         (default <repo>/target/cluster)
 #   KROUTE_CLUSTER_MODE   direct or relayed: the mode `start` uses when given no flag
 #   KROUTE_CLUSTER_SECURED  1 or yes: `start` behaves as with --secured
@@ -383,6 +396,7 @@ launch_node() { # NODE
 relay_pidfile() { echo "$STATE/pids/relay$1.pid"; }
 relay_log() { echo "$STATE/logs/relay$1.log"; }
 delay_file() { echo "$STATE/delay/broker$1"; }
+cap_file() { echo "$STATE/cap/broker$1"; }
 
 relay_pid() { # prints the pid if broker N's relay (of this state dir) runs
   local f pid= c cmd; f=$(relay_pidfile "$1")
@@ -441,6 +455,13 @@ start_relay() { # N: start broker N's relay unless it runs (with all pairs); kee
   done
   mkdir -p "$STATE/delay" "$STATE/logs" "$STATE/pids"
   [ -f "$(delay_file "$n")" ] || echo 0 >"$(delay_file "$n")"
+  local cap=()
+  if relay_bin_caps; then
+    # like the delay file: created if missing, kept across relay restarts
+    mkdir -p "$STATE/cap"
+    [ -f "$(cap_file "$n")" ] || echo 0 >"$(cap_file "$n")"
+    cap=(--cap-file "$(cap_file "$n")")
+  fi
   log=$(relay_log "$n")
   [ -f "$log" ] && mv -f "$log" "$log.prev"
   # higher CPU priority where allowed (root): every broker byte passes a relay, so on a small busy
@@ -448,7 +469,7 @@ start_relay() { # N: start broker N's relay unless it runs (with all pairs); kee
   local prio=()
   nice -n -10 true 2>/dev/null && prio=(nice -n -10)
   setsid "${prio[@]}" "$RELAY_BIN" "${args[@]}" \
-    --delay-file "$(delay_file "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
+    --delay-file "$(delay_file "$n")" "${cap[@]}" </dev/null >"$log" 2>&1 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$(relay_pidfile "$n")"
   # exec'ed (relay_pid recognises it by its command line), then listening (on every port) before
@@ -464,6 +485,15 @@ start_relay() { # N: start broker N's relay unless it runs (with all pairs); kee
       sleep 0.05
     done
   done
+}
+
+relay_bin_caps() { # the relay binary takes --cap-file (one built before caps existed does not;
+  # ensure_relay_bin may fall back to such a build when the crate does not compile)
+  "$RELAY_BIN" --help 2>/dev/null | grep -q -- --cap-file
+}
+
+relay_caps() { # N PID: the running relay of broker N was started with its cap file
+  [[ $(cmdline "$2") == *" --cap-file $(cap_file "$1") "* ]]
 }
 
 stop_relay() { # N: SIGTERM broker N's relay (SIGKILL if it lingers)
@@ -648,7 +678,7 @@ cmd_start() {
     mkdir -p "$STATE"
     echo "$MODE" >"$MODE_FILE"
     echo "$SECURED" >"$SECURED_FILE"
-    rm -rf "$STATE/delay"   # a fresh start has no delays
+    rm -rf "$STATE/delay" "$STATE/cap"   # a fresh start has no delays and no caps
   fi
   [ "$SECURED" = no ] || ensure_pki
   if [ "$MODE" = relayed ]; then
@@ -716,7 +746,7 @@ cmd_stop() {
   stop_pids 10 "$CONTROLLER_ID"
   stop_relays
   if [ $keep = 0 ]; then
-    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$MODE_FILE" "$SECURED_FILE"
+    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$STATE/cap" "$MODE_FILE" "$SECURED_FILE"
     say "stopped, data removed"
   else
     say "stopped, data kept in $STATE/data"
@@ -745,7 +775,7 @@ cmd_status() {
     out="relay $n $HOST:$(relay_port "$n") -> $HOST:$(node_port "$n")$relayed"
     if pid=$(relay_pid "$n"); then
       if relay_complete "$n" "$pid"; then
-        echo "$out running pid=$pid delay=$(delay_ms "$n")ms"
+        echo "$out running pid=$pid delay=$(delay_ms "$n")ms cap=$(cap_shown "$n" "$pid")"
       else
         echo "$out incomplete pid=$pid (does not relay all listeners: restart with start-broker $n)"
         [ "$MODE" != relayed ] || all=1
@@ -798,6 +828,73 @@ cmd_delay() { # N MS
 cmd_delays() { # one line per broker: "broker N MS"
   local n
   for n in "${BROKERS[@]}"; do echo "broker $n $(delay_ms "$n")"; done
+}
+
+cap_mbps() { # N: broker N's cap as written by `cap` (MB/s; missing or not a decimal = 0)
+  local v; v=$(tr -d ' \t\n' 2>/dev/null <"$(cap_file "$1")" || true)
+  [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] && echo "$v" || echo 0
+}
+
+cap_shown() { # N PID: the cap for `status`
+  if ! relay_caps "$1" "$2"; then echo "none(older relay: restart-relays)"
+  elif awk -v v="$(cap_mbps "$1")" 'BEGIN { exit !(v + 0 == 0) }'; then echo unlimited
+  else echo "$(cap_mbps "$1")MB/s"; fi
+}
+
+cap_lines() { # N: how many cap changes broker N's relay has logged
+  local c; c=$(grep -cF -- "$(cap_file "$1"): cap " "$(relay_log "$1")" 2>/dev/null || true)
+  echo "${c:-0}"
+}
+
+cmd_cap() { # N MBPS
+  need_broker_id "${1:-}"
+  [[ ${2:-} =~ ^[0-9]{1,7}(\.[0-9]{1,6})?$ ]] && awk -v v="$2" 'BEGIN { exit !(v <= 1000000) }' ||
+    die "usage: cap N MBPS (MBPS: MB/s per direction, decimal with up to 6 places, at most 1000000; 0 = unlimited)"
+  [ "$MODE" = relayed ] || die "caps need a cluster started in relayed mode (start --relayed); this one is $MODE"
+  local n=$1 mbps=$2 pid= old seen
+  if pid=$(relay_pid "$n"); then
+    relay_caps "$n" "$pid" ||
+      die "relay $n (pid $pid) was started without a cap file (an older delay_relay): run restart-relays first"
+  else
+    say "warning: relay $n is not running"; pid=
+  fi
+  old=$(cap_mbps "$n"); seen=$(cap_lines "$n")
+  mkdir -p "$STATE/cap"
+  # atomic replace: the relay never reads a half-written file
+  echo "$mbps" >"$(cap_file "$n").tmp" && mv -f "$(cap_file "$n").tmp" "$(cap_file "$n")"
+  # up to 6 decimals: two different values are different numbers of bytes/s for the relay too,
+  # so a change shows up as a log line
+  if [ -n "$pid" ] && awk -v a="$old" -v b="$mbps" 'BEGIN { exit !(a + 0 != b + 0) }'; then
+    local deadline=$((SECONDS + 5))
+    until [ "$(cap_lines "$n")" -gt "$seen" ]; do
+      [ "$SECONDS" -lt "$deadline" ] || die "relay $n did not log the new cap within 5s (see $(relay_log "$n"))"
+      sleep 0.05
+    done
+  fi
+  if awk -v v="$mbps" 'BEGIN { exit !(v + 0 == 0) }'; then
+    say "broker $n: bandwidth unlimited"
+  else
+    say "broker $n: bandwidth capped at $mbps MB/s per direction"
+  fi
+}
+
+cmd_caps() { # one line per broker: "broker N MBPS" (0 = unlimited)
+  local n
+  for n in "${BROKERS[@]}"; do echo "broker $n $(cap_mbps "$n")"; done
+}
+
+cmd_restart_relays() { # [N...]: restart relays (e.g. a rebuilt binary); brokers keep running
+  [ "$MODE" = relayed ] || die "restart-relays needs a cluster started in relayed mode; this one is $MODE"
+  local n list=("$@")
+  [ $# -gt 0 ] || list=("${BROKERS[@]}")
+  for n in "${list[@]}"; do need_broker_id "$n"; done
+  lock_state
+  ensure_relay_bin
+  for n in "${list[@]}"; do
+    stop_relay "$n"
+    start_relay "$n"
+    say "relay $n restarted (pid $(relay_pid "$n")): connections through it were dropped"
+  done
 }
 
 cmd_cut() { # N: SIGUSR1 to broker N's relay, which closes all connections it relays right now
@@ -937,6 +1034,9 @@ case "$cmd" in
   elect-leaders) cmd_elect_leaders "$@" ;;
   delay) cmd_delay "$@" ;;
   delays) cmd_delays ;;
+  cap) cmd_cap "$@" ;;
+  caps) cmd_caps ;;
+  restart-relays) cmd_restart_relays "$@" ;;
   cut) cmd_cut "$@" ;;
   lib) ensure_lib; echo "$LIB" ;;
   tool) ensure_lib; [ $# -gt 0 ] || die "usage: tool CLASS ARGS..."; run_tool "$@" ;;

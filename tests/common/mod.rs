@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod capacity;
 pub mod container;
 pub mod librdkafka;
 pub mod producers;

@@ -10,8 +10,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::*;
 
-/// Serialises the tests of one binary: they share broker 2's delay.
-static SLOW_BROKER: Mutex<()> = Mutex::new(());
+/// Serialises the tests of one binary: they share broker 2's delay (and the brokers' bandwidth
+/// caps, see capacity.rs).
+pub static SLOW_BROKER: Mutex<()> = Mutex::new(());
 
 /// Makes broker 2 slow for as long as it lives.
 pub struct SlowBroker;
