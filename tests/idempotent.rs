@@ -55,38 +55,6 @@ fn ids(acked: &[(String, i32)]) -> impl Iterator<Item = &str> {
     acked.iter().map(|a| a.0.as_str())
 }
 
-/// Runs the Java producer with its defaults (idempotent, acks=all, 5 in flight) in the
-/// background: 1 KiB records, `count` of them at `per_second`.
-fn produce_in_background(
-    kroute: &Kroute,
-    topic: &str,
-    count: u32,
-    per_second: u32,
-    prefix: &str,
-) -> std::thread::JoinHandle<JavaRun> {
-    let args: Vec<String> = [
-        "produce",
-        "--bootstrap",
-        &kroute.bootstrap,
-        "--topic",
-        topic,
-        "--count",
-        &count.to_string(),
-        "--per-second",
-        &per_second.to_string(),
-        "--record-size",
-        "1024",
-        "--id-prefix",
-        prefix,
-        "--timeout-ms",
-        "120000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    std::thread::spawn(move || java(&args.iter().map(String::as_str).collect::<Vec<_>>()))
-}
-
 #[test]
 fn java_default_producer_batches_move_without_sequence_errors() {
     let world = slow_world();
@@ -204,7 +172,7 @@ fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
     let topic = unique("route-cut");
     create_topic_two_per_broker(&topic);
 
-    let producer = produce_in_background(kroute, &topic, 15_000, 2_500, "jc-");
+    let producer = java_produce_in_background(&kroute.bootstrap, &topic, 15_000, 2_500, "jc-");
     // Cut every broker's connections a few times while batches are in flight, each time
     // once more batches went through since the last cut.
     let mut seen = 0.0;
@@ -256,7 +224,7 @@ fn a_leader_killed_mid_flight_loses_and_duplicates_nothing() {
     let topic = unique("route-kill");
     create_topic_two_per_broker(&topic);
 
-    let producer = produce_in_background(kroute, &topic, 20_000, 2_500, "jk-");
+    let producer = java_produce_in_background(&kroute.bootstrap, &topic, 20_000, 2_500, "jk-");
     wait_for("produce traffic", Duration::from_secs(60), || {
         (outcome(kroute, "renumbered") >= 300.0).then_some(())
     });
@@ -387,7 +355,8 @@ fn after_a_kroute_crash_running_producers_are_routed_again_losing_nothing() {
     let topic = unique("route-crash");
     create_topic_two_per_broker(&topic);
 
-    let producer = produce_in_background(&world.kroute, &topic, 15_000, 2_500, "jr-");
+    let producer =
+        java_produce_in_background(&world.kroute.bootstrap, &topic, 15_000, 2_500, "jr-");
     wait_for("produce traffic", Duration::from_secs(60), || {
         (outcome(&world.kroute, "renumbered") >= 300.0).then_some(())
     });

@@ -123,7 +123,7 @@ impl Default for KrouteOptions {
 
 /// Starts kroute with `config`, copying its log lines to stderr and into `logs`.
 fn spawn_kroute(config: &std::path::Path, logs: &Arc<Mutex<Vec<String>>>) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kroute"))
+    let child = Command::new(env!("CARGO_BIN_EXE_kroute"))
         .arg("--config")
         .arg(config)
         .env(
@@ -134,6 +134,11 @@ fn spawn_kroute(config: &std::path::Path, logs: &Arc<Mutex<Vec<String>>>) -> Chi
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn kroute");
+    copy_logs(child, logs)
+}
+
+/// Copies a kroute child's stderr lines to the test's stderr and into `logs`.
+pub fn copy_logs(mut child: Child, logs: &Arc<Mutex<Vec<String>>>) -> Child {
     let stderr = child.stderr.take().expect("kroute stderr");
     let sink = logs.clone();
     std::thread::spawn(move || {
@@ -457,6 +462,38 @@ pub fn java_on(command: &str, bootstrap: &str, topic: &str, flags: &[&str]) -> J
     let mut args = vec![command, "--bootstrap", bootstrap, "--topic", topic];
     args.extend_from_slice(flags);
     java_ok(&args)
+}
+
+/// Runs the Java producer with its defaults (idempotent, acks=all, 5 in flight) through
+/// `bootstrap` in the background: `count` records of 1 KiB at `per_second`, ids `prefix` + n.
+pub fn java_produce_in_background(
+    bootstrap: &str,
+    topic: &str,
+    count: u32,
+    per_second: u32,
+    prefix: &str,
+) -> std::thread::JoinHandle<JavaRun> {
+    let args: Vec<String> = [
+        "produce",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--count",
+        &count.to_string(),
+        "--per-second",
+        &per_second.to_string(),
+        "--record-size",
+        "1024",
+        "--id-prefix",
+        prefix,
+        "--timeout-ms",
+        "120000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    std::thread::spawn(move || java(&args.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
 /// Runs the Java client and fails the test with its output if it failed.

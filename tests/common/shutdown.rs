@@ -79,19 +79,6 @@ impl Kroute {
     }
 }
 
-/// Copies the child's stderr lines to the test's stderr and into `logs`.
-fn copy_logs(mut child: Child, logs: &Arc<Mutex<Vec<String>>>) -> Child {
-    let stderr = child.stderr.take().expect("kroute stderr");
-    let sink = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[kroute] {line}");
-            sink.lock().unwrap().push(line);
-        }
-    });
-    child
-}
-
 /// A new empty directory under the system's temporary directory.
 pub fn empty_dir(prefix: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(unique(prefix));
@@ -169,38 +156,6 @@ pub fn refused(addr: &str) -> bool {
         TcpStream::connect(addr),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
     )
-}
-
-/// Runs the Java producer with its defaults (idempotent, acks=all, 5 in flight) through
-/// `bootstrap` in the background: `count` records of 1 KiB at `per_second`, ids `prefix` + n.
-pub fn java_produce_in_background(
-    bootstrap: &str,
-    topic: &str,
-    count: u32,
-    per_second: u32,
-    prefix: &str,
-) -> std::thread::JoinHandle<JavaRun> {
-    let args: Vec<String> = [
-        "produce",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--count",
-        &count.to_string(),
-        "--per-second",
-        &per_second.to_string(),
-        "--record-size",
-        "1024",
-        "--id-prefix",
-        prefix,
-        "--timeout-ms",
-        "120000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    std::thread::spawn(move || java(&args.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
 /// The numbers of kroute's first `count` "shutdown complete" log lines, once there are that
