@@ -8,8 +8,6 @@ mod common;
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::prometheus::{Prometheus, docker_file, metric_names, promtool};
@@ -261,23 +259,7 @@ fn tls_kroute() -> TlsKroute {
 
 /// Sends a frame of negative size to kroute over TLS: a client protocol error.
 fn send_negative_frame(addr: &str, cert_pem: &str) {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = common::secured::tls_stream(addr, cert_pem, None);
     tls.write_all(&(-1i32).to_be_bytes()).unwrap();
     tls.flush().unwrap();
     let mut buf = [0u8; 64];

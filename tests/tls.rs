@@ -137,33 +137,7 @@ fn tls_client(
     ca_pem: &str,
     client: Option<(&str, &str)>,
 ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots);
-    let config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
-                    .map(Result::unwrap)
-                    .collect(),
-                rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-    };
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = tls_stream(addr, ca_pem, client);
     api_versions_round_trip(&mut tls)?;
     Ok(tls)
 }

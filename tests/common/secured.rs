@@ -4,8 +4,9 @@
 //! alice write to topics `acl-*`.
 
 use std::collections::BTreeMap;
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::*;
 
@@ -87,4 +88,40 @@ pub fn java_sasl(mechanism: &str, user: &str, password: &str) -> Vec<String> {
     .into_iter()
     .flat_map(|c| ["--client-config".to_string(), c])
     .collect()
+}
+
+/// A rustls client stream to `addr` (certificate name 127.0.0.1) trusting only `ca_pem`,
+/// optionally with a client certificate (cert, key PEM); the handshake happens on first use.
+pub fn tls_stream(
+    addr: &str,
+    ca_pem: &str,
+    client: Option<(&str, &str)>,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .map(Result::unwrap)
+                    .collect(),
+                rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
 }
