@@ -70,6 +70,10 @@
 #   BENCH_PHASES          "max fixed" (or one of them) [max fixed]
 #   BENCH_SLOW_BROKER     [2]     BENCH_SLOW_MS [20]
 #   BENCH_SLOW_LAYOUT     leaders per broker in slow-broker, "a/b/c" [1/1/1]
+#   BENCH_CAPS            bandwidth cap of each broker's link, MB/s in each direction, "a/b/c"
+#                         (scripts/cluster.sh cap; replication to followers counts against the
+#                         leader's outgoing link), for the whole run: brokers with their own
+#                         capacity, seed 000's setting [none: the shared CPU is the limit]
 #   BENCH_DOCS            file whose routing results section is replaced, "none" to skip
 #                         [docs/benchmarks.md]
 #   BENCH_CHART           PNG chart path, "none" to skip [docs/routing-benchmark.png, or
@@ -109,6 +113,7 @@ PHASES=${BENCH_PHASES:-max fixed}
 SLOW_BROKER=${BENCH_SLOW_BROKER:-2}
 SLOW_MS=${BENCH_SLOW_MS:-20}
 SLOW_LAYOUT=${BENCH_SLOW_LAYOUT:-1/1/1}
+CAPS=${BENCH_CAPS:-}
 DOCS=${BENCH_DOCS:-docs/benchmarks.md}
 IDEMPOTENT=${BENCH_IDEMPOTENT:-0}
 BASELINE=${BENCH_BASELINE:-}
@@ -140,6 +145,7 @@ done
   die "rounds, records, seconds, producers must be >= 1"
 [[ $SLOW_BROKER =~ ^[123]$ ]] || die "BENCH_SLOW_BROKER must be 1, 2 or 3"
 [[ $SLOW_LAYOUT =~ ^[0-9]+/[0-9]+/[0-9]+$ ]] || die "BENCH_SLOW_LAYOUT must be a/b/c"
+[[ -z $CAPS || $CAPS =~ ^[0-9.]+/[0-9.]+/[0-9.]+$ ]] || die "BENCH_CAPS must be a/b/c (MB/s per broker)"
 [[ $FIXED_RATE == auto || $FIXED_RATE =~ ^[0-9]+$ ]] || die "BENCH_FIXED_RATE must be auto or records/s per producer"
 [[ $IDEMPOTENT =~ ^[01]$ ]] || die "BENCH_IDEMPOTENT must be 0 or 1"
 if [ -n "$BASELINE" ]; then
@@ -169,6 +175,7 @@ mkdir -p "$RAW" "$OFFS"
 
 started_cluster=0
 delay_set=0
+caps_set=0
 topics=()
 
 cleanup() {
@@ -176,6 +183,7 @@ cleanup() {
   set +e
   for k in "${!KR_PID[@]}"; do kill -TERM "${KR_PID[$k]}" 2>/dev/null; wait "${KR_PID[$k]}" 2>/dev/null; done
   if [ "$delay_set" = 1 ]; then scripts/cluster.sh delay "$SLOW_BROKER" 0 >/dev/null 2>&1; fi
+  if [ "$caps_set" = 1 ]; then for b in 1 2 3; do scripts/cluster.sh cap "$b" 0 >/dev/null 2>&1; done; fi
   if [ "$started_cluster" = 1 ]; then
     say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1
   else
@@ -241,6 +249,18 @@ cluster_bootstrap=$(scripts/cluster.sh bootstrap)
 # a delay left over from someone else would skew the equal-broker scenarios
 if scripts/cluster.sh delays | awk '$3 != 0 { bad = 1 } END { exit !bad }'; then
   die "a broker has a delay set ($(scripts/cluster.sh delays | tr '\n' ' ')); reset it with scripts/cluster.sh delay N 0"
+fi
+if scripts/cluster.sh caps | awk '$3 != "unlimited" && $3 != 0 { bad = 1 } END { exit !bad }'; then
+  die "a broker has a bandwidth cap set ($(scripts/cluster.sh caps | tr '\n' ' ')); reset it with scripts/cluster.sh cap N 0"
+fi
+if [ -n "$CAPS" ]; then
+  read -r c1 c2 c3 <<<"${CAPS//\// }"
+  caps_set=1
+  for b in 1 2 3; do
+    cap=c$b
+    scripts/cluster.sh cap "$b" "${!cap}" >/dev/null || die "scripts/cluster.sh cap $b ${!cap} failed"
+  done
+  say "bandwidth caps (MB/s, each direction) brokers 1/2/3: $CAPS"
 fi
 KAFKA_LIB=$(scripts/cluster.sh lib)
 TOOL_LOG4J=$REPO/scripts/kafka/log4j2-tools.properties
@@ -446,6 +466,7 @@ fixed_fraction=$FIXED_FRACTION
 warmup_records=$WARMUP_RECORDS
 slow_broker=$SLOW_BROKER
 slow_ms=$SLOW_MS
+caps=$CAPS
 layouts=$layouts
 loadavg_before=$load_before
 loadavg_after=$load_after

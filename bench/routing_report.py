@@ -691,7 +691,8 @@ def report(rows, chart_path, docs_path):
         f"(setting: {m.get('fixed_rate_setting', '?')}"
         + (f", {m.get('fixed_fraction')} x median direct-default max of skew-12-12-12" if m.get("fixed_rate_setting") == "auto" else "")
         + f") for {m.get('fixed_seconds', '?')} s; slow broker: broker {m.get('slow_broker', '?')} +{m.get('slow_ms', '?')} ms; "
-        f"layouts {m.get('layouts', '?').rstrip(';').replace(';', ', ')}; warm-up {m.get('warmup_records', '?')} "
+        + (f"bandwidth caps b1/b2/b3: {m.get('caps')} MB/s each way; " if m.get("caps") else "")
+        + f"layouts {m.get('layouts', '?').rstrip(';').replace(';', ', ')}; warm-up {m.get('warmup_records', '?')} "
         f"records per producer per case; topics {m.get('topic_prefix', '?')}-*; bench took {m.get('duration_s', '?')} s"
     )
     parts.append("")
