@@ -19,6 +19,13 @@ use dashmap::DashMap;
 
 use super::scores::Scores;
 
+/// Costs within this fraction above the smallest count as equal to it. Measured latencies of
+/// equal brokers differ by a few milliseconds from lease to lease (the broker leading fewer
+/// partitions answers a little faster), and a linear rule turns every such difference into a
+/// share that drifts away from equal; a broker that is really slower (a multiple of the
+/// others' cost) is far outside the band and still loses its share at once.
+pub const COST_DEAD_BAND: f64 = 0.2;
+
 /// Weights from costs; a broker without a cost of its own gets the mean of the others.
 pub fn weights(costs: &[Option<f64>]) -> Vec<f64> {
     let known: Vec<f64> = costs.iter().flatten().copied().collect();
@@ -27,8 +34,13 @@ pub fn weights(costs: &[Option<f64>]) -> Vec<f64> {
     }
     let neutral = known.iter().sum::<f64>() / known.len() as f64;
     let costs: Vec<f64> = costs.iter().map(|c| c.unwrap_or(neutral)).collect();
-    let max = costs.iter().copied().fold(f64::MIN, f64::max);
     let min = costs.iter().copied().fold(f64::MAX, f64::min);
+    let band = min * (1.0 + COST_DEAD_BAND);
+    let costs: Vec<f64> = costs
+        .iter()
+        .map(|c| if *c <= band { min } else { *c })
+        .collect();
+    let max = costs.iter().copied().fold(f64::MIN, f64::max);
     let shift = if min > 0.0 { min } else { 0.01 };
     costs.iter().map(|c| max - c + shift).collect()
 }
@@ -181,6 +193,24 @@ mod tests {
         assert_eq!(weights(&[None, None]), vec![1.0, 1.0]);
         // A broker without samples gets the neutral (mean) cost.
         assert_eq!(weights(&[Some(2.0), None, Some(6.0)]), vec![6.0, 4.0, 2.0]);
+    }
+
+    #[test]
+    fn costs_close_to_the_smallest_count_as_equal_but_a_slow_broker_still_loses_its_share() {
+        // Equal brokers, a few ms apart: equal weights, not a drift towards the fastest.
+        assert_eq!(
+            weights(&[Some(10.0), Some(11.5), Some(12.0)]),
+            vec![10.0, 10.0, 10.0]
+        );
+        // Just outside the band: the linear rule again.
+        assert_eq!(
+            weights(&[Some(10.0), Some(10.0), Some(13.0)]),
+            vec![13.0, 13.0, 10.0]
+        );
+        // A slow broker (a multiple of the others' cost) keeps only the probing share.
+        let w = weights(&[Some(10.0), Some(11.0), Some(40.0)]);
+        assert_eq!(w, vec![40.0, 40.0, 10.0]);
+        assert!(w[2] / w.iter().sum::<f64>() < 0.12);
     }
 
     /// Picks and charges `sizes` in turn; returns bytes per node 1..=3.
