@@ -6,11 +6,13 @@
 //! -> [`rewrite`] replaces broker addresses -> back to [`client`].
 //! Shared by all connections: [`cluster`] (the brokers), [`metrics`], [`config`].
 //! [`security`] secures the connections at both ends (TLS, mTLS, SASL).
+//! [`lag`] judges consumer groups' lag with Burrow's rules and estimates it in seconds.
 
 pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod lag;
 pub mod listener;
 pub mod metrics;
 pub mod protocol;
