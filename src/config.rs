@@ -261,6 +261,10 @@ pub struct UpstreamConfig {
     pub bootstrap_servers: Vec<String>,
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// How long a broker may take to answer a request once it could start on it (its own wait
+    /// on top for requests that park, e.g. a Fetch's max_wait_ms); 0: no limit.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
     /// How often kroute refreshes its own view of the brokers.
     #[serde(default = "default_metadata_refresh_ms")]
     pub metadata_refresh_ms: u64,
@@ -306,6 +310,9 @@ fn default_broker_port_base() -> u16 {
 fn default_connect_timeout_ms() -> u64 {
     5_000
 }
+fn default_request_timeout_ms() -> u64 {
+    60_000
+}
 fn default_metadata_refresh_ms() -> u64 {
     10_000
 }
@@ -336,6 +343,7 @@ impl Default for UpstreamConfig {
         Self {
             bootstrap_servers: Vec::new(),
             connect_timeout_ms: default_connect_timeout_ms(),
+            request_timeout_ms: default_request_timeout_ms(),
             metadata_refresh_ms: default_metadata_refresh_ms(),
             tls: None,
             sasl: None,
@@ -523,6 +531,12 @@ impl Config {
                 "must be above 0".into(),
             ));
         }
+        if (1..100).contains(&self.upstream.request_timeout_ms) {
+            return Err(invalid(
+                "upstream.request_timeout_ms",
+                "must be 0 (no limit) or at least 100".into(),
+            ));
+        }
         if self.upstream.metadata_refresh_ms < 100 {
             return Err(invalid(
                 "upstream.metadata_refresh_ms",
@@ -595,6 +609,12 @@ impl Config {
         Duration::from_millis(self.upstream.connect_timeout_ms)
     }
 
+    /// How long a broker may take to answer a request; None: no limit.
+    pub fn request_timeout(&self) -> Option<Duration> {
+        let ms = self.upstream.request_timeout_ms;
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
     pub fn metadata_refresh(&self) -> Duration {
         Duration::from_millis(self.upstream.metadata_refresh_ms)
     }
@@ -629,6 +649,39 @@ mod tests {
         let c = Config::parse(MINIMAL, "t").unwrap();
         assert_eq!(c.listen.bootstrap_port, 9092);
         assert_eq!(c.limits.max_frame_bytes, 100 * 1024 * 1024);
+        assert_eq!(c.request_timeout(), Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn request_timeout_is_off_at_zero_and_not_tiny() {
+        let c = Config::parse(
+            &format!(
+                "{MINIMAL}request_timeout_ms = 0
+"
+            ),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.request_timeout(), None);
+        let c = Config::parse(
+            &format!(
+                "{MINIMAL}request_timeout_ms = 2500
+"
+            ),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.request_timeout(), Some(Duration::from_millis(2500)));
+        let err = Config::parse(
+            &format!(
+                "{MINIMAL}request_timeout_ms = 50
+"
+            ),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("upstream.request_timeout_ms"), "{err}");
     }
 
     #[test]

@@ -125,6 +125,12 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "Broker connections that ended with requests in flight, by broker",
     ),
     (
+        "kroute_upstream_request_timeouts_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Broker connections kroute closed because a request got no answer within upstream.request_timeout_ms, by broker",
+    ),
+    (
         UPSTREAM_LATENCY,
         Kind::Histogram,
         Some(Unit::Seconds),
@@ -307,6 +313,8 @@ pub struct BrokerMetrics {
     pub produce_bytes: Counter,
     pub connect_failures: Counter,
     pub disconnects: Counter,
+    /// Connections closed because the broker did not answer in time (upstream.request_timeout_ms).
+    pub timeouts: Counter,
     latency: Vec<OnceLock<Histogram>>,
 }
 
@@ -538,6 +546,7 @@ impl Metrics {
                     produce_bytes: counter!("kroute_upstream_produce_bytes_total", "broker" => node.clone()),
                     connect_failures: counter!("kroute_upstream_connect_failures_total", "broker" => node.clone()),
                     disconnects: counter!("kroute_upstream_disconnects_total", "broker" => node.clone()),
+                    timeouts: counter!("kroute_upstream_request_timeouts_total", "broker" => node.clone()),
                     latency: (0..=API_SLOTS).map(|_| OnceLock::new()).collect(),
                     node,
                 })

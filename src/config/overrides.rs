@@ -98,6 +98,19 @@ pub const SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        flag: "request-timeout-ms",
+        env: "KROUTE_REQUEST_TIMEOUT_MS",
+        key: "upstream.request_timeout_ms",
+        help: "How long a broker may take to answer a request, 0: no limit (upstream.request_timeout_ms)",
+        set: |c, v| {
+            c.upstream.request_timeout_ms = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{v}` is not a number of milliseconds"))?;
+            Ok(())
+        },
+    },
+    Setting {
         flag: "drain-timeout-ms",
         env: "KROUTE_DRAIN_TIMEOUT_MS",
         key: "shutdown.drain_timeout_ms",
@@ -271,12 +284,14 @@ mod tests {
             Override::new("listen.bootstrap_port", "19999", false).unwrap(),
             Override::new("log.format", "json", true).unwrap(),
             Override::new("shutdown.drain_timeout_ms", "2500", true).unwrap(),
+            Override::new("upstream.request_timeout_ms", "0", false).unwrap(),
         ];
         let c = effective(FILE, &o).unwrap();
         assert_eq!(c.upstream.bootstrap_servers, ["a:1", "b:2"]);
         assert_eq!(c.listen.bootstrap_port, 19999);
         assert_eq!(c.log.format, LogFormat::Json);
         assert_eq!(c.shutdown.drain_timeout_ms, 2500);
+        assert_eq!(c.request_timeout(), None);
         // Untouched keys keep the file's value or the default.
         let c = effective(FILE, &[]).unwrap();
         assert_eq!(c.upstream.bootstrap_servers, ["file:1"]);
@@ -307,6 +322,16 @@ mod tests {
                 "KROUTE_BOOTSTRAP_SERVERS",
             ),
             ("admin.listen", "localhost", "KROUTE_ADMIN_LISTEN"),
+            (
+                "upstream.request_timeout_ms",
+                "1m",
+                "KROUTE_REQUEST_TIMEOUT_MS",
+            ),
+            (
+                "upstream.request_timeout_ms",
+                "10",
+                "KROUTE_REQUEST_TIMEOUT_MS",
+            ),
             ("listen.bind_host", " ", "KROUTE_BIND_HOST"),
             (
                 "shutdown.drain_timeout_ms",

@@ -13,31 +13,40 @@
 //! front of that queue, checks the correlation id, rewrites addresses if the API needs it and
 //! hands the payload back through the reply's oneshot. If the broker goes away, every queued
 //! reply is dropped, and the client connections waiting for them close promptly.
+//!
+//! A broker that keeps the connection open but does not answer is treated as gone: when the
+//! oldest unanswered request is older than `upstream.request_timeout_ms` (plus its own wait if
+//! it parks by design, [`deadline`]), the reader closes the connection. The reader learns of
+//! new requests while it waits, and keeps one timer: the oldest request's deadline.
 
 pub mod ask;
+mod deadline;
 mod reauth;
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant as TokioInstant, Sleep};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
 
 use crate::metrics::BrokerMetrics;
-use crate::protocol::frame::{FrameCodec, size_prefix};
+use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
 use crate::route::scores::BrokerScore;
 use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
+use deadline::Limit;
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
 use kafka_protocol::protocol::Decodable;
 
@@ -262,15 +271,26 @@ async fn connect_tcp(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<
 fn start(opened: Opened, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: Arc<Link>) {
     let (rd, wr) = opened.stream.split();
     let (pending_tx, pending_rx) = mpsc::unbounded_channel();
+    // Dropped when the reader ends: the writer stops too, and the connection closes.
+    let (hangup_tx, hangup) = oneshot::channel();
     let reauth = opened.reauthentication;
-    tokio::spawn(write_requests(wr, rx, pending_tx, link.clone(), reauth));
-    tokio::spawn(read_responses(rd, pending_rx, proxy, link));
+    tokio::spawn(write_requests(
+        wr,
+        rx,
+        pending_tx,
+        link.clone(),
+        reauth,
+        hangup,
+    ));
+    tokio::spawn(read_responses(rd, pending_rx, proxy, link, hangup_tx));
 }
 
-/// A reply the reader is waiting for, stamped with when its request left.
+/// A reply the reader is waiting for, stamped with when its request left and how long the
+/// broker may take with it.
 struct InFlight {
     pending: PendingReply,
     sent: Instant,
+    limit: Limit,
 }
 
 /// What the writer and reader of one connection share about their broker.
@@ -286,6 +306,8 @@ struct Link {
     reader_done: AtomicBool,
     /// Set when the client authenticated itself over this connection (SASL passthrough).
     client_authenticated: AtomicBool,
+    /// `upstream.request_timeout_ms`; None: off.
+    request_timeout: Option<Duration>,
 }
 
 impl Link {
@@ -297,6 +319,7 @@ impl Link {
             client_left: AtomicBool::new(false),
             reader_done: AtomicBool::new(false),
             client_authenticated: AtomicBool::new(false),
+            request_timeout: proxy.config.request_timeout(),
         })
     }
 
@@ -313,13 +336,24 @@ async fn write_requests(
     pending_tx: mpsc::UnboundedSender<InFlight>,
     link: Arc<Link>,
     mut reauth: Option<Reauthentication>,
+    mut hangup: oneshot::Receiver<()>,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, wr);
-    while let Some(Outbound { frame, pending }) = rx.recv().await {
+    loop {
+        let next = tokio::select! {
+            biased;
+            // The reader ended (the broker closed, or did not answer in time): the connection
+            // closes, and the requests still queued here fail with it.
+            _ = &mut hangup => return,
+            next = rx.recv() => next,
+        };
+        let Some(Outbound { frame, pending }) = next else {
+            break;
+        };
         if let Some(due) = reauth.as_ref().filter(|r| Instant::now() >= r.at) {
             // Between requests, before the broker's session runs out (KIP-368). Dropping the
             // request in hand on failure fails its reply: its client sees the broker go away.
-            match reauth::reauthenticate(&mut out, &pending_tx, due).await {
+            match reauth::reauthenticate(&mut out, &pending_tx, due, link.request_timeout).await {
                 Ok(next) => reauth = next,
                 Err(e) => {
                     warn!(
@@ -339,7 +373,13 @@ async fn write_requests(
             if let Some(score) = link.is_scored(pending.api_key) {
                 score.sent(sent);
             }
-            let in_flight = InFlight { pending, sent };
+            let (api_key, version) = (pending.api_key, pending.api_version);
+            let limit = deadline::limit(link.request_timeout, api_key, version, &frame);
+            let in_flight = InFlight {
+                pending,
+                sent,
+                limit,
+            };
             if let Err(unsent) = pending_tx.send(in_flight) {
                 // Reader gone: the broker closed the connection. This request never left.
                 if let Some(score) = link.is_scored(unsent.0.pending.api_key) {
@@ -356,7 +396,12 @@ async fn write_requests(
             }
             std::io::Result::Ok(())
         };
-        if written.await.is_err() {
+        // A broker that does not answer may not read either: the reader's end stops the write.
+        let written = tokio::select! {
+            _ = &mut hangup => return,
+            written = written => written,
+        };
+        if written.is_err() {
             return;
         }
     }
@@ -365,79 +410,138 @@ async fn write_requests(
     let _ = out.shutdown().await;
 }
 
+/// Why a connection's reader stopped.
+enum Ended {
+    /// The broker closed the connection, or sent what cannot be matched or read.
+    Broken(String),
+    /// The oldest request got no answer within its limit ([`deadline`]).
+    TimedOut { api_key: i16, waited: Duration },
+}
+
+/// What the reader waits for next.
+enum Event {
+    Frame(Option<Result<Bytes, FrameError>>),
+    Queued(Option<InFlight>),
+    Overdue,
+}
+
+/// Reads the broker's answers and hands each to the oldest request still expecting one, until
+/// the broker closes, sends something wrong, or leaves the oldest request unanswered too long.
 async fn read_responses(
     rd: ReadHalf,
-    mut pending_rx: mpsc::UnboundedReceiver<InFlight>,
+    pending_rx: mpsc::UnboundedReceiver<InFlight>,
     proxy: Arc<Proxy>,
     link: Arc<Link>,
+    _hangup: oneshot::Sender<()>,
 ) {
-    let (metrics, node_id) = (&link.metrics, link.node_id);
-    let mut frames = FramedRead::with_capacity(
-        rd,
-        FrameCodec::new(proxy.config.limits.max_frame_bytes),
-        64 * 1024,
-    );
-    let mut waiting: VecDeque<InFlight> = VecDeque::new();
+    let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
+    let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
+    let mut expected = Expected::new(pending_rx);
     let ended = loop {
-        let frame = match frames.next().await {
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => break format!("read error: {e}"),
-            None => break "closed by the broker".to_string(),
+        let event = tokio::select! {
+            frame = frames.next() => Event::Frame(frame),
+            queued = expected.rx.recv(), if expected.rx_open => Event::Queued(queued),
+            () = &mut expected.timer, if expected.armed.is_some() => Event::Overdue,
         };
-        while let Ok(p) = pending_rx.try_recv() {
-            waiting.push_back(p);
-        }
-        let Some(InFlight { pending, sent }) = waiting.pop_front() else {
-            proxy.metrics.upstream_protocol_errors.increment(1);
-            break "response without a request".to_string();
-        };
-        let now = Instant::now();
-        metrics
-            .latency(pending.api_key)
-            .record(now.saturating_duration_since(sent));
-        if let Some(score) = link.is_scored(pending.api_key) {
-            score.answered(sent, now, &proxy.router.scores.config);
-        }
-        match response_correlation_id(&frame) {
-            _ if pending.raw => {}
-            Ok(id) if id == pending.correlation_id => {}
-            _ => {
-                proxy.metrics.upstream_protocol_errors.increment(1);
-                break format!(
-                    "response does not match request correlation id {}",
-                    pending.correlation_id
-                );
+        match event {
+            Event::Queued(Some(in_flight)) => expected.push(in_flight),
+            Event::Queued(None) => expected.rx_open = false, // the writer is gone
+            Event::Overdue => {
+                if let Some(timed_out) = expected.overdue() {
+                    break timed_out;
+                }
             }
-        }
-        let payload = match answer(&proxy, &link, &pending, frame) {
-            Ok(p) => p,
-            Err(e) => {
-                proxy.metrics.rewrite_errors.increment(1);
-                break format!(
-                    "cannot rewrite {} v{} response: {e:#}",
-                    crate::metrics::api_name(pending.api_key),
-                    pending.api_version
-                );
+            Event::Frame(Some(Ok(frame))) => {
+                if let Err(why) = deliver(&proxy, &link, &mut expected, frame) {
+                    break Ended::Broken(why);
+                }
             }
-        };
-        pending.deliver(Ok(payload));
+            Event::Frame(Some(Err(e))) => break Ended::Broken(format!("read error: {e}")),
+            Event::Frame(None) => break Ended::Broken("closed by the broker".into()),
+        }
     };
-    // Close first, so that nothing the writer queues from now on slips past the final drain.
+    // Set first, so that nothing the writer queues from now on slips past the final drain.
     link.reader_done.store(true, Ordering::Relaxed);
-    pending_rx.close();
-    while let Ok(p) = pending_rx.try_recv() {
-        waiting.push_back(p);
+    let unanswered = expected.close();
+    report_end(&proxy, &link, &unanswered, ended);
+    // Dropping `unanswered` fails every reply still expected, and returning drops `_hangup`,
+    // which stops the writer: the connection closes, and the clients waiting are disconnected.
+}
+
+/// Matches one response to the oldest request and hands it on. Err: why the connection
+/// cannot go on.
+fn deliver(
+    proxy: &Proxy,
+    link: &Link,
+    expected: &mut Expected,
+    frame: Bytes,
+) -> Result<(), String> {
+    let Some(InFlight { pending, sent, .. }) = expected.answered() else {
+        proxy.metrics.upstream_protocol_errors.increment(1);
+        return Err("response without a request".into());
+    };
+    let now = Instant::now();
+    link.metrics
+        .latency(pending.api_key)
+        .record(now.saturating_duration_since(sent));
+    if let Some(score) = link.is_scored(pending.api_key) {
+        score.answered(sent, now, &proxy.router.scores.config);
     }
-    for w in &waiting {
+    match response_correlation_id(&frame) {
+        _ if pending.raw => {}
+        Ok(id) if id == pending.correlation_id => {}
+        _ => {
+            proxy.metrics.upstream_protocol_errors.increment(1);
+            return Err(format!(
+                "response does not match request correlation id {}",
+                pending.correlation_id
+            ));
+        }
+    }
+    let payload = answer(proxy, link, &pending, frame).map_err(|e| {
+        proxy.metrics.rewrite_errors.increment(1);
+        format!(
+            "cannot rewrite {} v{} response: {e:#}",
+            crate::metrics::api_name(pending.api_key),
+            pending.api_version
+        )
+    })?;
+    pending.deliver(Ok(payload));
+    Ok(())
+}
+
+/// Logs and counts the end of a connection that still owed `unanswered` replies.
+fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended: Ended) {
+    let (metrics, node_id) = (&link.metrics, link.node_id);
+    for w in unanswered {
         if let Some(score) = link.is_scored(w.pending.api_key) {
             score.abandoned(w.sent);
         }
     }
-    if waiting.is_empty() || link.client_left.load(Ordering::Relaxed) {
+    let in_flight = unanswered.len();
+    let why = match ended {
+        Ended::TimedOut { api_key, waited } => {
+            // The broker's fault whoever still waits: always reported.
+            metrics.timeouts.increment(1);
+            metrics.disconnects.increment(1);
+            if node_id >= 0 {
+                proxy.router.scores.unreachable(node_id, Instant::now());
+            }
+            warn!(
+                broker = node_id,
+                api = crate::metrics::api_name(api_key),
+                waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                in_flight,
+                "closing upstream connection: no answer within upstream.request_timeout_ms"
+            );
+            return;
+        }
+        Ended::Broken(why) => why,
+    };
+    if unanswered.is_empty() || link.client_left.load(Ordering::Relaxed) {
         debug!(
             broker = node_id,
-            in_flight = waiting.len(),
-            "upstream connection ended: {ended}"
+            in_flight, "upstream connection ended: {why}"
         );
     } else {
         metrics.disconnects.increment(1);
@@ -446,11 +550,94 @@ async fn read_responses(
         }
         warn!(
             broker = node_id,
-            in_flight = waiting.len(),
-            "upstream connection ended with requests in flight: {ended}"
+            in_flight, "upstream connection ended with requests in flight: {why}"
         );
     }
-    // Dropping `waiting` fails every reply still expected; their clients get disconnected.
+}
+
+/// The requests a connection's reader expects answers to, oldest first, and the one timer
+/// that matters: the oldest one's deadline.
+struct Expected {
+    rx: mpsc::UnboundedReceiver<InFlight>,
+    /// False once the writer has gone: nothing more will be queued.
+    rx_open: bool,
+    waiting: VecDeque<InFlight>,
+    /// When the last answer came (or the connection opened): the broker could start on the
+    /// oldest request no earlier.
+    last_answer: TokioInstant,
+    timer: Pin<Box<Sleep>>,
+    /// The deadline `timer` is set to; None: disarmed.
+    armed: Option<TokioInstant>,
+}
+
+impl Expected {
+    fn new(rx: mpsc::UnboundedReceiver<InFlight>) -> Self {
+        let now = TokioInstant::now();
+        Expected {
+            rx,
+            rx_open: true,
+            waiting: VecDeque::new(),
+            last_answer: now,
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            armed: None,
+        }
+    }
+
+    fn push(&mut self, in_flight: InFlight) {
+        self.waiting.push_back(in_flight);
+        if self.waiting.len() == 1 {
+            self.rearm();
+        }
+    }
+
+    /// Takes the oldest request: its answer has just come.
+    fn answered(&mut self) -> Option<InFlight> {
+        // The writer queues a request before its bytes leave: whatever is answered is queued.
+        while let Ok(in_flight) = self.rx.try_recv() {
+            self.waiting.push_back(in_flight);
+        }
+        let oldest = self.waiting.pop_front()?;
+        self.last_answer = TokioInstant::now();
+        self.rearm();
+        Some(oldest)
+    }
+
+    /// Sets the timer to the oldest request's deadline (or disarms it).
+    fn rearm(&mut self) {
+        let deadline = self.waiting.front().and_then(|oldest| {
+            let sent = TokioInstant::from_std(oldest.sent);
+            deadline::head_deadline(sent, self.last_answer, oldest.limit)
+        });
+        if deadline != self.armed {
+            if let Some(at) = deadline {
+                self.timer.as_mut().reset(at);
+            }
+            self.armed = deadline;
+        }
+    }
+
+    /// The timer went off: the oldest request's deadline has passed.
+    fn overdue(&mut self) -> Option<Ended> {
+        let Some(oldest) = self.waiting.front() else {
+            self.rearm(); // nothing to time out (cannot happen: the timer follows the queue)
+            return None;
+        };
+        let started = TokioInstant::from_std(oldest.sent).max(self.last_answer);
+        Some(Ended::TimedOut {
+            api_key: oldest.pending.api_key,
+            waited: started.elapsed(),
+        })
+    }
+
+    /// Everything still expected once the reader stops: the queue is closed first, so nothing
+    /// the writer queues later is left behind.
+    fn close(mut self) -> VecDeque<InFlight> {
+        self.rx.close();
+        while let Ok(in_flight) = self.rx.try_recv() {
+            self.waiting.push_back(in_flight);
+        }
+        self.waiting
+    }
 }
 
 /// Turns a broker response into what the client receives: as-is, or with addresses rewritten.
@@ -510,3 +697,6 @@ fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) 
         proxy.router.producers.own(r.producer_id.0, Instant::now());
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,7 @@
 //! the writer, and the writer sends nothing else until the exchange is over. So requests in
 //! flight are answered first, and none is dropped.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -15,7 +15,7 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
-use super::{InFlight, PendingReply};
+use super::{InFlight, PendingReply, deadline};
 use crate::protocol::frame::size_prefix;
 use crate::security::Reauthentication;
 use crate::security::sasl::{self, SaslError, SaslTransport};
@@ -26,9 +26,14 @@ pub(super) async fn reauthenticate(
     out: &mut BufWriter<WriteHalf>,
     pending_tx: &mpsc::UnboundedSender<InFlight>,
     due: &Reauthentication,
+    request_timeout: Option<Duration>,
 ) -> Result<Option<Reauthentication>, SaslError> {
     let mechanism = due.credentials.mechanism;
-    let mut pipeline = Pipeline { out, pending_tx };
+    let mut pipeline = Pipeline {
+        out,
+        pending_tx,
+        request_timeout,
+    };
     match sasl::authenticate(&due.credentials, &mut pipeline).await {
         Ok(session) => {
             due.metrics.reauthenticated(mechanism);
@@ -54,6 +59,7 @@ pub(super) async fn reauthenticate(
 struct Pipeline<'a> {
     out: &'a mut BufWriter<WriteHalf>,
     pending_tx: &'a mpsc::UnboundedSender<InFlight>,
+    request_timeout: Option<Duration>,
 }
 
 impl SaslTransport for Pipeline<'_> {
@@ -68,8 +74,13 @@ impl SaslTransport for Pipeline<'_> {
         let (tx, rx) = oneshot::channel();
         let pending = PendingReply::new(api_key as i16, api_version, correlation_id, tx);
         let sent = Instant::now();
+        let limit = deadline::plain(self.request_timeout);
         self.pending_tx
-            .send(InFlight { pending, sent })
+            .send(InFlight {
+                pending,
+                sent,
+                limit,
+            })
             .map_err(|_| gone())?;
         self.out.write_all(&size_prefix(frame.len())).await?;
         self.out.write_all(&frame).await?;
