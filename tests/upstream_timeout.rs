@@ -69,9 +69,14 @@ impl Stuck {
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline && !answers_within(Duration::from_millis(1_000)) {}
+        // The relay cuts when it handles the signal: a connection open before tells when.
+        let canary = TcpStream::connect(broker_2_address());
         let _ = std::process::Command::new(&script)
             .args(["cut", "2"])
             .status();
+        if let Ok(mut canary) = canary {
+            closed_within(&mut canary, Duration::from_secs(10));
+        }
     }
 }
 
