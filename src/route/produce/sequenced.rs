@@ -35,15 +35,15 @@ use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
 use crate::upstream::{Outbound, PendingReply, Reply};
 
-/// The producer whose batches fill this request: the producer of the first idempotent batch in
-/// a routed topic, owned, or adopted if kroute did not see it start
-/// ([`crate::route::producers`]). (acks=0 never comes from an idempotent producer; such
-/// batches are left alone.)
+/// The producer whose batches fill this request, with the epoch of its first batch: the
+/// producer of the first idempotent batch in a routed topic, owned, or tracked from now on if
+/// kroute did not see it start ([`crate::route::producers`]). (acks=0 never comes from an
+/// idempotent producer; such batches are left alone.)
 pub(super) fn owner(
     proxy: &Proxy,
     acks: i16,
     topics: &[(TopicName, TopicEntry)],
-) -> Option<(i64, Arc<OwnedProducer>)> {
+) -> Option<(i64, i16, Arc<OwnedProducer>)> {
     let routing = &proxy.config.routing;
     if acks == 0 || !routing.routes_idempotent() {
         return None;
@@ -58,14 +58,7 @@ pub(super) fn owner(
     let owned = producers
         .get(first.producer_id)
         .or_else(|| producers.unresolved(first.producer_id, now))?;
-    resolve(
-        proxy,
-        &mut owned.lock(),
-        first.epoch,
-        first.producer_id,
-        now,
-    );
-    Some((first.producer_id, owned))
+    Some((first.producer_id, first.epoch, owned))
 }
 
 /// Settles the origin of a producer kroute did not see start, once kroute knows what the
@@ -90,7 +83,7 @@ pub(super) fn plan(
     header: Bytes,
     (acks, timeout_ms): (i16, i32),
     topics: Vec<(TopicName, TopicEntry)>,
-    (producer_id, owner): (i64, Arc<OwnedProducer>),
+    (producer_id, first_epoch, owner): (i64, i16, Arc<OwnedProducer>),
 ) -> Plan {
     let now = Instant::now();
     let routing = &proxy.config.routing;
@@ -103,6 +96,7 @@ pub(super) fn plan(
     };
     let mut state = owner.lock();
     state.touch(now);
+    resolve(proxy, &mut state, first_epoch, producer_id, now);
     let mut destinations: Vec<(LinkKey, Vec<TopicProduceData>)> = Vec::new();
     let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
     // The renumbered batches of each part, to record its answer.
