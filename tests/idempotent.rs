@@ -37,11 +37,7 @@ fn assert_no_sequence_errors(run: &JavaRun, kroute: &Kroute) {
                 .join("\n")
         );
     }
-    let passed = kroute.metric(
-        "kroute_idempotent_batches_total",
-        &["outcome=\"sequence_error_passed\""],
-    );
-    assert_eq!(passed, 0.0, "kroute passed sequence errors to the client");
+    assert_no_sequence_error_passed(kroute);
 }
 
 fn outcome(kroute: &Kroute, outcome: &str) -> f64 {

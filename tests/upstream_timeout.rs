@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::librdkafka::{assert_exactly_once, consume_all};
 use common::shutdown::{fetch_answer, long_poll_fetch};
-use common::slow::SLOW_BROKER;
+use common::slow::{SLOW_BROKER, assert_no_sequence_error_passed};
 use common::*;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest};
 
@@ -278,14 +278,7 @@ fn an_idempotent_producer_rides_out_a_stuck_broker() {
     assert_eq!(run.count("errors"), 0);
     let acked = run.acks();
     assert_eq!(acked.len(), count as usize);
-    assert_eq!(
-        kroute.metric(
-            "kroute_idempotent_batches_total",
-            &["outcome=\"sequence_error_passed\""]
-        ),
-        0.0,
-        "kroute passed sequence errors to the client"
-    );
+    assert_no_sequence_error_passed(&kroute);
     let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
     assert_exactly_once(acked.iter().map(|a| a.0.as_str()), &consumed);
     // The release cuts what kroute still had open to broker 2 (requests sent after the last

@@ -106,6 +106,11 @@ pub fn assert_moved_off_broker_2(kroute: &Kroute, before: [f64; 3], client: &str
         ) > 0.0
     );
     assert_eq!(kroute.metric("kroute_idempotent_producers", &[]), 1.0);
+    assert_no_sequence_error_passed(kroute);
+}
+
+/// kroute passed no sequence error of its own numbering to a client.
+pub fn assert_no_sequence_error_passed(kroute: &Kroute) {
     assert_eq!(
         kroute.metric(
             "kroute_idempotent_batches_total",
