@@ -227,9 +227,13 @@ mod tests {
     }
 
     fn effective(file: &str, overrides: &[Override]) -> Result<Config, ConfigError> {
+        // Tests run in parallel: each call gets a file of its own (one named after the content
+        // alone was removed by one test while another was reading it).
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("kroute-overrides-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", file.len()));
+        let path = dir.join(format!("{n}.toml"));
         std::fs::write(&path, file).unwrap();
         let loaded = Config::load_with(&ConfigFile::Given(path.clone()), overrides);
         let _ = std::fs::remove_file(path);
