@@ -287,8 +287,11 @@ pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -
 
 mod answers;
 mod merge;
+mod number;
 mod place;
+mod replies;
 mod request_joins;
+mod send;
 mod sequenced;
 mod waiting;
 

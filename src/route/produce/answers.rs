@@ -52,7 +52,9 @@ impl Numbered {
 }
 
 /// The hook that records a part's answer for its renumbered `batches`, then places the
-/// producer's waiting batches that the answer lets in ([`super::waiting`]).
+/// producer's waiting batches that the answer lets in ([`super::waiting`]). This is the one
+/// place where the path turns back: an answer frees lanes, and the batches waiting for one go
+/// through place, number and send again, under the same lock.
 pub fn recorder(
     proxy: Arc<Proxy>,
     owner: Arc<OwnedProducer>,

@@ -1,10 +1,12 @@
-//! Where one batch of an owned idempotent producer goes, and with which numbers.
+//! Where one batch of an owned idempotent producer goes, and which numbers its lane hands out.
 //!
 //! A client's retry goes where its first attempt went ([`crate::route::sequence::Lookup`]); a
 //! fresh batch goes, if it may move, to the strategy's broker for its topic (the client's
 //! partition if that broker leads it, else a partition of that broker whose lane takes it now,
 //! else the next broker), and otherwise stays on its partition. With no lane to take it, it
-//! waits ([`super::waiting`]).
+//! waits ([`super::waiting`]). Placing only decides and takes numbers from the lane's state;
+//! the batch's bytes are rewritten afterwards ([`super::number`]), and nothing here sends
+//! anything, so the planner and the release of waiting batches place alike.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -16,16 +18,17 @@ use tracing::debug;
 use super::PARTITION_CURSOR;
 use crate::cluster::TopicLayout;
 use crate::proxy::Proxy;
-use crate::route::batch::{InspectBudget, KeepReason, inspect, renumber};
+use crate::route::batch::{InspectBudget, KeepReason, inspect};
 use crate::route::join;
 use crate::route::producers::ProducerState;
-use crate::route::sequence::{BatchKey, Lookup, code};
+use crate::route::sequence::{BatchKey, Joined, Lookup, code};
 
 /// Where one partition entry goes.
 pub(super) enum Placement {
     /// Byte-identical, to the client's partition on the connection's broker.
     Untouched,
-    /// Renumbered from `seq` on partition `target`, led by `node`.
+    /// Numbered from `seq` on partition `target`, led by `node` (the numbers are written into
+    /// `records` by [`super::number`]).
     Numbered {
         node: i32,
         target: i32,
@@ -55,40 +58,6 @@ pub(super) enum Placement {
     Local(i16),
     /// No partition can number it now: it waits in kroute ([`super::waiting`]).
     Wait { movable: bool },
-}
-
-impl Placement {
-    /// With kroute's producer epoch and base sequence written into a numbered batch (and its CRC
-    /// recomputed). A batch that cannot be rewritten (which cannot happen for entries
-    /// `sequenced` accepted) is answered INVALID_RECORD, its numbers left as a hole.
-    pub fn renumbered(self, state: &mut ProducerState) -> Placement {
-        let Placement::Numbered {
-            node,
-            target,
-            seq,
-            key,
-            records,
-        } = self
-        else {
-            return self;
-        };
-        let epoch = state.upstream_epoch(key.epoch);
-        match epoch.and_then(|epoch| renumber(&records, epoch, seq)) {
-            Some(records) => Placement::Numbered {
-                node,
-                target,
-                seq,
-                key,
-                records,
-            },
-            None => Placement::Local(state.sequences.resolve(
-                &key,
-                target,
-                seq,
-                code::INVALID_RECORD,
-            )),
-        }
-    }
 }
 
 /// The broker chosen for the movable batches of one topic in this request, as in
@@ -136,10 +105,10 @@ pub(super) struct Place<'a, 'b> {
 }
 
 impl Place<'_, '_> {
-    /// Decides where a renumbered entry goes and with which numbers. `movable` is known for a
-    /// batch that already waited (else the batch is inspected here, within the request's
-    /// `budget`); `earlier_waits` tells
-    /// whether an earlier batch of its client partition is waiting in kroute.
+    /// Decides where an entry to renumber goes and with which numbers. `movable` is known for
+    /// a batch that already waited (else the batch is inspected here, within the request's
+    /// `budget`); `earlier_waits` tells whether an earlier batch of its client partition is
+    /// waiting in kroute.
     pub fn entry(
         &mut self,
         key: BatchKey,
@@ -159,63 +128,62 @@ impl Place<'_, '_> {
                 counters.busy.increment(1);
                 Placement::Local(code::REQUEST_TIMED_OUT)
             }
-            Lookup::Resend { target, seq } => {
-                // (A partition this request names already goes out in a part of its own.)
-                self.used.insert(target);
-                match self.node_of(key.partition, target) {
-                    Some(node) => {
-                        counters.resent.increment(1);
-                        Placement::Numbered {
-                            node,
-                            target,
-                            seq,
-                            key,
-                            records: records.clone(),
-                        }
-                    }
-                    // Its partition has no known leader: the client retries again later.
-                    None => Placement::Local(self.state.sequences.resolve(
-                        &key,
-                        target,
-                        seq,
-                        code::NETWORK_EXCEPTION,
-                    )),
-                }
-            }
-            Lookup::ResendJoined(joined) => {
-                self.used.insert(joined.target);
-                match self.node_of(key.partition, joined.target) {
-                    Some(node) => {
-                        counters.resent.increment(1);
-                        Placement::Joined {
-                            node,
-                            target: joined.target,
-                            members: joined.members,
-                            records: joined.records,
-                        }
-                    }
-                    None => {
-                        let sequences = &mut self.state.sequences;
-                        let mut reported = code::NETWORK_EXCEPTION;
-                        for (member, seq) in &joined.members {
-                            let r = sequences.resolve(
-                                member,
-                                joined.target,
-                                *seq,
-                                code::NETWORK_EXCEPTION,
-                            );
-                            if *member == key {
-                                reported = r;
-                            }
-                        }
-                        Placement::Local(reported)
-                    }
-                }
-            }
+            Lookup::Resend { target, seq } => self.resend(key, records, target, seq),
+            Lookup::ResendJoined(joined) => self.resend_joined(key, joined),
             Lookup::Fresh => {
                 let movable = movable.unwrap_or_else(|| self.movable(records, budget));
                 self.fresh(key, records, choice, movable, earlier_waits)
             }
+        }
+    }
+
+    /// A retry, to go where its first attempt went (partition `target`), with the same
+    /// numbers (from `seq`).
+    fn resend(&mut self, key: BatchKey, records: &Bytes, target: i32, seq: i32) -> Placement {
+        // (A partition this request names already goes out in a part of its own.)
+        self.used.insert(target);
+        match self.node_of(key.partition, target) {
+            Some(node) => {
+                self.proxy.metrics.sequencing.resent.increment(1);
+                Placement::Numbered {
+                    node,
+                    target,
+                    seq,
+                    key,
+                    records: records.clone(),
+                }
+            }
+            // Its partition has no known leader: the client retries again later.
+            None => Placement::Local(self.state.sequences.resolve(
+                &key,
+                target,
+                seq,
+                code::NETWORK_EXCEPTION,
+            )),
+        }
+    }
+
+    /// A retry of a batch that went out joined: the whole joined batch goes again, where it
+    /// went, for every member still pending.
+    fn resend_joined(&mut self, key: BatchKey, joined: Joined) -> Placement {
+        self.used.insert(joined.target);
+        let Some(node) = self.node_of(key.partition, joined.target) else {
+            let sequences = &mut self.state.sequences;
+            let mut reported = code::NETWORK_EXCEPTION;
+            for (member, seq) in &joined.members {
+                let r = sequences.resolve(member, joined.target, *seq, code::NETWORK_EXCEPTION);
+                if *member == key {
+                    reported = r;
+                }
+            }
+            return Placement::Local(reported);
+        };
+        self.proxy.metrics.sequencing.resent.increment(1);
+        Placement::Joined {
+            node,
+            target: joined.target,
+            members: joined.members,
+            records: joined.records,
         }
     }
 
@@ -234,6 +202,9 @@ impl Place<'_, '_> {
         }
     }
 
+    /// A batch kroute has not numbered yet: in the client's order, to the strategy's choice if
+    /// it may move (joined behind a batch of this request once that broker has no partition
+    /// left), else on its own partition; with no lane to take it, it waits.
     fn fresh(
         &mut self,
         key: BatchKey,
@@ -282,6 +253,20 @@ impl Place<'_, '_> {
                 .lane_takes(&key.topic, key.partition, key.epoch);
             stays.then_some((self.home, key.partition))
         });
+        self.assign(key, records, choice, target, (joinable, movable))
+    }
+
+    /// Numbers fresh batch `key` on `target` (broker, partition) if that lane takes it; a
+    /// `joinable` one becomes a head later batches of this request may join. With no lane, it
+    /// waits.
+    fn assign(
+        &mut self,
+        key: BatchKey,
+        records: &Bytes,
+        choice: &mut TopicChoice,
+        target: Option<(i32, i32)>,
+        (joinable, movable): (bool, bool),
+    ) -> Placement {
         match target.and_then(|(node, target)| {
             let seq = self.state.sequences.assign(&key, target)?;
             Some((node, target, seq))
@@ -388,27 +373,7 @@ impl Place<'_, '_> {
         let layout = self.layout?;
         let router = &self.proxy.router;
         loop {
-            let broker = match choice.broker {
-                Some(b) => b,
-                None => {
-                    let picked = router.strict_cost.pick_excluding(
-                        self.name,
-                        layout.leaders(),
-                        &choice.exhausted,
-                        &router.scores,
-                        self.now,
-                    );
-                    match picked {
-                        Some(b) => *choice.broker.insert(b),
-                        None if deep && !choice.deep => {
-                            choice.deep = true;
-                            choice.exhausted.clear();
-                            continue;
-                        }
-                        None => return None,
-                    }
-                }
-            };
+            let broker = self.broker(layout, choice, deep)?;
             let sequences = &self.state.sequences;
             let depth = if choice.deep {
                 u32::MAX
@@ -446,6 +411,34 @@ impl Place<'_, '_> {
             self.used.insert(partition);
             router.strict_cost.charge(self.name, broker, bytes);
             return Some(Pick::Lane(broker, partition));
+        }
+    }
+
+    /// The broker this request's movable batches of the topic go to: the one chosen already,
+    /// else the strategy's pick among those not exhausted. Once every broker is exhausted at
+    /// the spill depth, a batch that may queue `deep` starts over from the strategy's first
+    /// choice, with lanes filled up to their deduplication window.
+    fn broker(&self, layout: &TopicLayout, choice: &mut TopicChoice, deep: bool) -> Option<i32> {
+        if let Some(b) = choice.broker {
+            return Some(b);
+        }
+        let router = &self.proxy.router;
+        loop {
+            let picked = router.strict_cost.pick_excluding(
+                self.name,
+                layout.leaders(),
+                &choice.exhausted,
+                &router.scores,
+                self.now,
+            );
+            match picked {
+                Some(b) => return Some(*choice.broker.insert(b)),
+                None if deep && !choice.deep => {
+                    choice.deep = true;
+                    choice.exhausted.clear();
+                }
+                None => return None,
+            }
         }
     }
 

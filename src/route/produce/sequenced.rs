@@ -8,32 +8,47 @@
 //! them now. A batch that has nowhere to go right now (every lane that could take it carries
 //! its first batch, say) waits in kroute until an answer frees a lane ([`super::waiting`]).
 //!
-//! The parts are queued here, under the producer's lock, on the producer's own connections
-//! ([`crate::route::producers`]), so each partition receives its batches in numbering order.
+//! Each partition entry goes one way through these stages, none of which calls back into an
+//! earlier one:
+//! 1. inspect ([`Planner::inspect`]): left alone, answered by kroute (the producer's origin is
+//!    not settled yet, or an adopted producer's old epoch), or a batch of the producer to place;
+//! 2. place ([`super::place`]): a lane, a join behind a batch of this request, or a wait;
+//! 3. number ([`super::number`], [`super::request_joins`] for joins within the request):
+//!    kroute's epoch and base sequence written into the batch;
+//! 4. queue ([`super::send`]): the parts, on the producer's own connections
+//!    ([`crate::route::producers`]), all under the producer's lock and in numbering order, so
+//!    each partition receives its batches in that order;
+//! 5. record the answers ([`super::answers`]); the answer hook then releases the producer's
+//!    waiting batches ([`super::waiting`], which takes them through 2-4 again);
+//! 6. merge the parts' answers for the client ([`super::merge`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::produce_request::TopicProduceData;
-use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use tokio::sync::oneshot;
 
-use super::answers::{Numbered, recorder};
+use super::add_entry;
+use super::answers::Numbered;
 use super::merge::{ProduceMerge, Route};
+use super::number::number;
 use super::place::{Place, Placement, TopicChoice};
+use super::replies::Shape;
 use super::request_joins::PlanJoin;
-use super::waiting::{JoinedWaiter, Shape, WAIT_AT_MOST, Waiter, answer_joined, release_at};
-use super::{add_entry, encode_part};
+use super::send::{AnswerTo, Links, Request, count_numbered, destination_without};
+use super::waiting::{WAIT_AT_MOST, Waiter, release_at};
+use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
-use crate::protocol::produce::TopicEntry;
+use crate::protocol::produce::{PartitionEntry, TopicEntry};
 use crate::proxy::Proxy;
 use crate::route::batch::{InspectBudget, KeepReason, sequenced};
 use crate::route::producers::{LinkKey, Origin, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
-use crate::upstream::{Outbound, PendingReply, Reply};
+use crate::upstream::{PendingReply, Reply};
 
 /// The producer whose batches fill this request, with the epoch of its first batch: the
 /// producer of the first idempotent batch in a routed topic, owned, or tracked from now on if
@@ -86,7 +101,6 @@ pub(super) fn plan(
     (producer_id, first_epoch, owner): (i64, i16, Arc<OwnedProducer>),
 ) -> Plan {
     let now = Instant::now();
-    let routing = &proxy.config.routing;
     let shape = Shape {
         header,
         version: head.api_version,
@@ -97,252 +111,15 @@ pub(super) fn plan(
     let mut state = owner.lock();
     state.touch(now);
     resolve(proxy, &mut state, first_epoch, producer_id, now);
-    let mut destinations: Vec<(LinkKey, Vec<TopicProduceData>)> = Vec::new();
-    let mut routes: Vec<Vec<Route>> = Vec::with_capacity(topics.len());
-    // The renumbered batches of each part, to record its answer.
-    let mut numbered_in: Vec<Vec<Numbered>> = Vec::new();
-    // The answers of batches that wait in kroute, in the order of their `Route::Waiting`.
-    let mut waiting: Vec<oneshot::Receiver<Reply>> = Vec::new();
-    let mut budget = InspectBudget::per_request();
-
-    for (name, topic) in &topics {
-        let name_str = name.as_str();
-        let routed = routing.routes_topic(name_str);
-        let layout = routed.then(|| proxy.cluster.topic(name_str)).flatten();
-        // A Produce request may name a partition only once.
-        let mut used: HashSet<i32> = topic.partitions.iter().map(|p| p.index).collect();
-        let mut choice = TopicChoice::default();
-        // Per head of `choice` (in its order): the batches going out joined with it.
-        let mut joins: Vec<PlanJoin> = Vec::new();
-        let mut topic_routes = Vec::with_capacity(topic.partitions.len());
-        for entry in &topic.partitions {
-            let records = entry.records.as_ref();
-            let numbering = records
-                .filter(|_| routed)
-                .and_then(sequenced)
-                .filter(|s| s.producer_id == producer_id);
-            let placement = match (records, numbering, state.origin) {
-                // Not known yet what the brokers hold for it: the client retries.
-                (Some(_), Some(_), Origin::Unresolved) => Placement::Local(code::REQUEST_TIMED_OUT),
-                // An adopted producer: its old epoch is refused, newer ones pass untouched.
-                (Some(_), Some(s), Origin::Adopted { passes_from }) if s.epoch < passes_from => {
-                    Placement::Local(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
-                }
-                (Some(_), Some(_), Origin::Adopted { .. }) => {
-                    proxy
-                        .metrics
-                        .routing
-                        .kept(KeepReason::Idempotent)
-                        .increment(1);
-                    Placement::Untouched
-                }
-                (Some(records), Some(s), Origin::Numbered { .. }) => {
-                    let key = BatchKey {
-                        topic: topic.name.clone(),
-                        partition: entry.index,
-                        epoch: s.epoch,
-                        base: s.base,
-                        records: s.records,
-                    };
-                    let earlier_waits = state.waiting.holds_partition_of(&key);
-                    let mut place = Place {
-                        proxy,
-                        state: &mut state,
-                        home,
-                        name: name_str,
-                        layout: layout.as_deref(),
-                        used: &mut used,
-                        now,
-                    };
-                    let movable = (None, &mut budget);
-                    let placement =
-                        place.entry(key.clone(), records, &mut choice, movable, earlier_waits);
-                    match placement.renumbered(&mut state) {
-                        Placement::Wait { movable } if !state.waiting.is_full() => {
-                            let (reply, answer) = oneshot::channel();
-                            state.waiting.push(Waiter {
-                                key,
-                                topic: name.clone(),
-                                records: records.clone(),
-                                movable,
-                                home,
-                                shape: shape.clone(),
-                                deadline: now + WAIT_AT_MOST,
-                                reply,
-                            });
-                            proxy.metrics.sequencing.waited.increment(1);
-                            topic_routes.push(Route::Waiting {
-                                part: waiting.len(),
-                            });
-                            waiting.push(answer);
-                            continue;
-                        }
-                        Placement::Wait { .. } => {
-                            proxy.metrics.sequencing.busy.increment(1);
-                            Placement::Local(code::REQUEST_TIMED_OUT)
-                        }
-                        other => other,
-                    }
-                }
-                _ => {
-                    if routed {
-                        proxy
-                            .metrics
-                            .routing
-                            .kept(KeepReason::Malformed)
-                            .increment(1);
-                    }
-                    Placement::Untouched
-                }
-            };
-            // A joined batch's offsets are the first member's: reported unknown for each.
-            let mut joined = false;
-            let (node, partition, records, numbered) = match placement {
-                Placement::Local(error) => {
-                    topic_routes.push(Route::Local { error });
-                    continue;
-                }
-                Placement::JoinedTo {
-                    head,
-                    node,
-                    target,
-                    seq,
-                    key,
-                    records,
-                } => {
-                    let Some(join) = joins.get_mut(head) else {
-                        // (Every head of the choice is recorded below when it is numbered.)
-                        topic_routes.push(Route::Local {
-                            error: code::REQUEST_TIMED_OUT,
-                        });
-                        continue;
-                    };
-                    count_numbered(proxy, name_str, home, node, &key, target, records.len());
-                    join.records.push(records);
-                    numbered_in[join.part].push(Numbered {
-                        topic: name.clone(),
-                        key,
-                        target,
-                        seq,
-                    });
-                    topic_routes.push(Route::Part {
-                        part: join.part,
-                        partition: target,
-                        moved: true,
-                    });
-                    continue;
-                }
-                Placement::Untouched => (home, entry.index, entry.records.clone(), Vec::new()),
-                Placement::Joined {
-                    node,
-                    target,
-                    members,
-                    records,
-                } => {
-                    joined = true;
-                    let numbered = Numbered::members(name, target, members);
-                    (node, target, Some(records), numbered)
-                }
-                Placement::Numbered {
-                    node,
-                    target,
-                    seq,
-                    key,
-                    records,
-                } => {
-                    count_numbered(proxy, name_str, home, node, &key, target, records.len());
-                    if choice.heads.len() > joins.len() {
-                        // A head others may join: where it goes is known below.
-                        joins.push(PlanJoin {
-                            part: usize::MAX,
-                            route: usize::MAX,
-                            target,
-                            seq,
-                            epoch: key.epoch,
-                            topic_key: key.topic.clone(),
-                            records: vec![records.clone()],
-                        });
-                    }
-                    let numbered = Numbered {
-                        topic: name.clone(),
-                        key,
-                        target,
-                        seq,
-                    };
-                    (node, target, Some(records), vec![numbered])
-                }
-                // Handled above.
-                Placement::Wait { .. } => continue,
-            };
-            let link = LinkKey::new(node, partition);
-            let part = destination_without(&mut destinations, link, name, partition);
-            add_entry(&mut destinations[part].1, name, partition, records);
-            numbered_in.resize_with(numbered_in.len().max(part + 1), Vec::new);
-            numbered_in[part].extend(numbered);
-            if let Some(join) = joins.last_mut().filter(|j| j.part == usize::MAX) {
-                join.part = part;
-                join.route = topic_routes.len();
-            }
-            topic_routes.push(Route::Part {
-                part,
-                partition,
-                moved: joined || partition != entry.index,
-            });
-        }
-        for join in joins.into_iter().filter(|j| j.records.len() > 1) {
-            let numbered = &mut numbered_in[join.part];
-            join.finish(
-                proxy,
-                &mut state,
-                name,
-                (&mut destinations, numbered),
-                &mut topic_routes,
-            );
-        }
-        routes.push(topic_routes);
-    }
-
-    // Waiting batches' parts come after the parts sent now.
-    let sent_now = destinations.len();
-    for route in routes.iter_mut().flatten() {
-        if let Route::Waiting { part } = route {
-            *part += sent_now;
-        }
-    }
-    let mut parts = Vec::with_capacity(sent_now + waiting.len());
+    let mut planner = Planner::new(proxy, home, producer_id, shape, now);
+    let mut routes: Vec<Vec<Route>> = topics
+        .iter()
+        .map(|(name, topic)| planner.topic(&mut state, name, topic))
+        .collect();
     // Requests that could not be queued: dropped only once the producer's lock is released,
     // because dropping one records its batches' outcome under that lock.
     let mut unsent: Vec<PendingReply> = Vec::new();
-    numbered_in.resize_with(sent_now, Vec::new);
-    for ((link, topic_data), numbered) in destinations.into_iter().zip(numbered_in) {
-        let (reply, sent) = oneshot::channel();
-        let frame = queue(
-            proxy,
-            &owner,
-            &mut state,
-            &shape,
-            link,
-            topic_data,
-            numbered,
-            AnswerTo::Part(reply),
-            &mut unsent,
-        );
-        parts.push(Part {
-            node_id: link.node_id,
-            frame,
-            sent: Some(sent),
-        });
-    }
-    if !waiting.is_empty() {
-        release_at(proxy.clone(), owner.clone(), now + WAIT_AT_MOST);
-    }
-    for answer in waiting {
-        parts.push(Part {
-            node_id: home,
-            frame: Bytes::new(),
-            sent: Some(answer),
-        });
-    }
+    let parts = planner.queue(&owner, &mut state, &mut routes, &mut unsent);
     drop(state);
     drop(unsent);
     let merge = ProduceMerge::new(head, topics, routes);
@@ -352,180 +129,419 @@ pub(super) fn plan(
     })
 }
 
-/// Counts a batch sent with kroute's numbers (and its move, if it moved).
-pub(super) fn count_numbered(
-    proxy: &Proxy,
-    topic: &str,
+/// One request's plan while it is built, under the producer's lock: the parts sent now, and
+/// the batches that wait.
+struct Planner<'a> {
+    proxy: &'a Arc<Proxy>,
+    /// The broker of the client connection the request came in on.
     home: i32,
-    node: i32,
-    key: &BatchKey,
-    target: i32,
-    bytes: usize,
-) {
-    proxy.metrics.sequencing.renumbered.increment(1);
-    if target != key.partition {
-        let count = key.records.max(0) as u32;
-        proxy.metrics.routing.moved(topic, home, node, count, bytes);
-    }
+    producer_id: i64,
+    shape: Shape,
+    now: Instant,
+    budget: InspectBudget,
+    /// The parts sent now: each a request on one of the producer's connections.
+    destinations: Vec<(LinkKey, Vec<TopicProduceData>)>,
+    /// The renumbered batches of each part, to record its answer.
+    numbered_in: Vec<Vec<Numbered>>,
+    /// The answers of batches that wait in kroute, in the order of their `Route::Waiting`.
+    waiting: Vec<oneshot::Receiver<Reply>>,
 }
 
-/// Where the answer to a request of the producer goes.
-pub(super) enum AnswerTo {
-    /// To the part of one client request.
-    Part(oneshot::Sender<Reply>),
-    /// To the waiting batches that went out joined in it, each answered for itself.
-    Joined(Vec<JoinedWaiter>),
+/// One topic of the request while it is planned.
+struct TopicPlan<'t> {
+    name: &'t TopicName,
+    routed: bool,
+    layout: Option<Arc<TopicLayout>>,
+    /// Partitions this request names: a Produce request may name a partition only once.
+    used: HashSet<i32>,
+    choice: TopicChoice,
+    /// Per head of `choice` (in its order): the batches going out joined with it.
+    joins: Vec<PlanJoin>,
+    /// Where each entry went so far, in the client's order.
+    routes: Vec<Route>,
 }
 
-/// Queues one request of the producer on its connection `link`: `topic_data` in a request
-/// shaped like the client's, answered to `to`, recording the outcome of its `numbered`
-/// batches on the way. Returns the frame. A request that cannot be queued (full or closed
-/// connection, unknown broker) goes to `unsent`: dropped once the producer's lock is released,
-/// it records "no answer came" and its part fails retriably.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn queue(
-    proxy: &Arc<Proxy>,
-    owner: &Arc<OwnedProducer>,
-    state: &mut ProducerState,
-    shape: &Shape,
-    link: LinkKey,
-    topic_data: Vec<TopicProduceData>,
-    numbered: Vec<Numbered>,
-    to: AnswerTo,
-    unsent: &mut Vec<PendingReply>,
-) -> Bytes {
-    let body = ProduceRequest::default()
-        .with_acks(shape.acks)
-        .with_timeout_ms(shape.timeout_ms)
-        .with_topic_data(topic_data);
-    let frame = encode_part(&shape.header, &body, shape.version).unwrap_or_default();
-    let (reply, joined) = match to {
-        AnswerTo::Part(reply) => (reply, None),
-        // Each waiter is answered by the hook; nobody reads this reply.
-        AnswerTo::Joined(waiters) => (oneshot::channel().0, Some(waiters)),
-    };
-    let mut pending = PendingReply::new(
-        ApiKey::Produce as i16,
-        shape.version,
-        shape.correlation_id,
-        reply,
-    );
-    if !numbered.is_empty() {
-        let mut hook = recorder(proxy.clone(), owner.clone(), shape.version, numbered);
-        if let Some(waiters) = joined {
-            let version = shape.version;
-            hook = Box::new(move |answer| {
-                let answer = hook(answer);
-                answer_joined(&answer, version, waiters);
-                answer
-            });
+/// What kroute does with one partition entry, before anything is decided about where it goes.
+enum Inspected<'e> {
+    /// Passed on byte-identical.
+    Untouched,
+    /// Answered by kroute with this error code, not sent.
+    Local(i16),
+    /// A batch of the producer, to place and number.
+    Batch(BatchKey, &'e Bytes),
+}
+
+impl<'a> Planner<'a> {
+    fn new(proxy: &'a Arc<Proxy>, home: i32, producer_id: i64, shape: Shape, now: Instant) -> Self {
+        Planner {
+            proxy,
+            home,
+            producer_id,
+            shape,
+            now,
+            budget: InspectBudget::per_request(),
+            destinations: Vec::new(),
+            numbered_in: Vec::new(),
+            waiting: Vec::new(),
         }
-        pending = pending.with_hook(hook);
     }
-    match proxy
-        .cluster
-        .address(link.node_id)
-        .filter(|_| !frame.is_empty())
-    {
-        Some(addr) => {
-            let out = Outbound {
-                frame: frame.clone(),
-                pending: Some(pending),
-            };
-            if let Err(out) = state.link(proxy, link, &addr).try_send(out) {
-                unsent.extend(out.pending);
+
+    /// Plans the entries of one topic, in the client's order; returns their routes. Batches
+    /// joined within the request are built once every entry of the topic is placed, because
+    /// a later entry may still join an earlier one.
+    fn topic(
+        &mut self,
+        state: &mut ProducerState,
+        name: &TopicName,
+        topic: &TopicEntry,
+    ) -> Vec<Route> {
+        let routed = self.proxy.config.routing.routes_topic(name.as_str());
+        let mut t = TopicPlan {
+            name,
+            routed,
+            layout: routed
+                .then(|| self.proxy.cluster.topic(name.as_str()))
+                .flatten(),
+            used: topic.partitions.iter().map(|p| p.index).collect(),
+            choice: TopicChoice::default(),
+            joins: Vec::new(),
+            routes: Vec::with_capacity(topic.partitions.len()),
+        };
+        for entry in &topic.partitions {
+            let route = self.entry(state, &mut t, &topic.name, entry);
+            t.routes.push(route);
+        }
+        for join in t.joins.into_iter().filter(|j| j.records.len() > 1) {
+            let numbered = &mut self.numbered_in[join.part];
+            let parts = (&mut self.destinations[..], numbered);
+            join.finish(self.proxy, state, name, parts, &mut t.routes);
+        }
+        t.routes
+    }
+
+    /// Plans one partition entry of topic `topic_key` through the stages, up to its part.
+    fn entry(
+        &mut self,
+        state: &mut ProducerState,
+        t: &mut TopicPlan,
+        topic_key: &Bytes,
+        entry: &PartitionEntry,
+    ) -> Route {
+        let placement = match self.inspect(state, t.routed, topic_key, entry) {
+            Inspected::Untouched => Placement::Untouched,
+            Inspected::Local(error) => Placement::Local(error),
+            Inspected::Batch(key, records) => match self.place(state, t, key.clone(), records) {
+                Placement::Wait { movable } => {
+                    return self.wait(state, t.name, key, records, movable);
+                }
+                placement => placement,
+            },
+        };
+        self.route(t, entry, placement)
+    }
+
+    /// Whose batch `entry` is and what kroute knows of that producer decide whether kroute
+    /// numbers it: a batch of another producer, or one kroute cannot read, stays as it is.
+    fn inspect<'e>(
+        &self,
+        state: &ProducerState,
+        routed: bool,
+        topic_key: &Bytes,
+        entry: &'e PartitionEntry,
+    ) -> Inspected<'e> {
+        let records = entry.records.as_ref();
+        let numbering = records
+            .filter(|_| routed)
+            .and_then(sequenced)
+            .filter(|s| s.producer_id == self.producer_id);
+        let kept = |reason| self.proxy.metrics.routing.kept(reason).increment(1);
+        match (records, numbering, state.origin) {
+            // Not known yet what the brokers hold for it: the client retries.
+            (Some(_), Some(_), Origin::Unresolved) => Inspected::Local(code::REQUEST_TIMED_OUT),
+            // An adopted producer: its old epoch is refused, newer ones pass untouched.
+            (Some(_), Some(s), Origin::Adopted { passes_from }) if s.epoch < passes_from => {
+                Inspected::Local(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            }
+            (Some(_), Some(_), Origin::Adopted { .. }) => {
+                kept(KeepReason::Idempotent);
+                Inspected::Untouched
+            }
+            (Some(records), Some(s), Origin::Numbered { .. }) => {
+                let key = BatchKey {
+                    topic: topic_key.clone(),
+                    partition: entry.index,
+                    epoch: s.epoch,
+                    base: s.base,
+                    records: s.records,
+                };
+                Inspected::Batch(key, records)
+            }
+            _ => {
+                if routed {
+                    kept(KeepReason::Malformed);
+                }
+                Inspected::Untouched
             }
         }
-        None => unsent.push(pending),
     }
-    frame
-}
 
-/// Queues one batch that waited: renumbered `records` of `topic` for partition `target` of
-/// broker `node`, with kroute's base sequence `seq` for client batch `key`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn queue_waited(
-    proxy: &Arc<Proxy>,
-    owner: &Arc<OwnedProducer>,
-    state: &mut ProducerState,
-    shape: &Shape,
-    (home, node, target, key, seq): (i32, i32, i32, BatchKey, i32),
-    (topic, records): (TopicName, Bytes),
-    reply: oneshot::Sender<Reply>,
-    unsent: &mut Vec<PendingReply>,
-) {
-    count_numbered(
-        proxy,
-        topic.as_str(),
-        home,
-        node,
-        &key,
-        target,
-        records.len(),
-    );
-    let numbered = vec![Numbered {
-        topic: topic.clone(),
-        key,
-        target,
-        seq,
-    }];
-    let to = AnswerTo::Part(reply);
-    queue_batch(
-        proxy,
-        owner,
-        state,
-        shape,
-        (node, target),
-        (topic, records),
-        numbered,
-        to,
-        unsent,
-    );
-}
-
-/// Queues one batch alone in a request: `records` of `topic` for partition `target` of broker
-/// `node`, recording the outcome for the client batches `numbered` it carries.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn queue_batch(
-    proxy: &Arc<Proxy>,
-    owner: &Arc<OwnedProducer>,
-    state: &mut ProducerState,
-    shape: &Shape,
-    (node, target): (i32, i32),
-    (topic, records): (TopicName, Bytes),
-    numbered: Vec<Numbered>,
-    to: AnswerTo,
-    unsent: &mut Vec<PendingReply>,
-) {
-    let mut topic_data = Vec::with_capacity(1);
-    add_entry(&mut topic_data, &topic, target, Some(records));
-    let link = LinkKey::new(node, target);
-    queue(
-        proxy, owner, state, shape, link, topic_data, numbered, to, unsent,
-    );
-}
-
-/// The part for connection `link` that does not name `partition` of `topic` yet (a Produce
-/// request may name a partition only once: a retry resent to a partition the client also
-/// names in this request goes in a second request on the same connection, behind the first).
-fn destination_without(
-    destinations: &mut Vec<(LinkKey, Vec<TopicProduceData>)>,
-    link: LinkKey,
-    topic: &TopicName,
-    partition: i32,
-) -> usize {
-    let names = |data: &[TopicProduceData]| {
-        data.iter()
-            .filter(|t| t.name == *topic)
-            .flat_map(|t| &t.partition_data)
-            .any(|p| p.index == partition)
-    };
-    if let Some(i) = destinations
-        .iter()
-        .position(|(l, data)| *l == link && !names(data))
-    {
-        return i;
+    /// Where batch `key` goes ([`super::place`]), with its numbers written in.
+    fn place(
+        &mut self,
+        state: &mut ProducerState,
+        t: &mut TopicPlan,
+        key: BatchKey,
+        records: &Bytes,
+    ) -> Placement {
+        let earlier_waits = state.waiting.holds_partition_of(&key);
+        let mut place = Place {
+            proxy: self.proxy,
+            state,
+            home: self.home,
+            name: t.name.as_str(),
+            layout: t.layout.as_deref(),
+            used: &mut t.used,
+            now: self.now,
+        };
+        let movable = (None, &mut self.budget);
+        let placement = place.entry(key, records, &mut t.choice, movable, earlier_waits);
+        number(placement, state)
     }
-    destinations.push((link, Vec::new()));
-    destinations.len() - 1
+
+    /// Leaves a batch no lane takes now waiting in kroute, as a part of the request of its own
+    /// (answered when it is sent, or given up on); REQUEST_TIMED_OUT at once if too many wait.
+    fn wait(
+        &mut self,
+        state: &mut ProducerState,
+        topic: &TopicName,
+        key: BatchKey,
+        records: &Bytes,
+        movable: bool,
+    ) -> Route {
+        if state.waiting.is_full() {
+            self.proxy.metrics.sequencing.busy.increment(1);
+            return Route::Local {
+                error: code::REQUEST_TIMED_OUT,
+            };
+        }
+        let (reply, answer) = oneshot::channel();
+        state.waiting.push(Waiter {
+            key,
+            topic: topic.clone(),
+            records: records.clone(),
+            movable,
+            home: self.home,
+            shape: self.shape.clone(),
+            deadline: self.now + WAIT_AT_MOST,
+            reply,
+        });
+        self.proxy.metrics.sequencing.waited.increment(1);
+        self.waiting.push(answer);
+        Route::Waiting {
+            part: self.waiting.len() - 1,
+        }
+    }
+
+    /// Puts a placed and numbered `entry` in its part (or answers it); returns its route.
+    fn route(&mut self, t: &mut TopicPlan, entry: &PartitionEntry, placement: Placement) -> Route {
+        match placement {
+            Placement::Local(error) => Route::Local { error },
+            Placement::Untouched => {
+                let records = entry.records.clone();
+                self.send_now(t, (self.home, entry.index), records, Vec::new(), false)
+            }
+            // A joined batch's offsets are the first member's: reported unknown for each.
+            Placement::Joined {
+                node,
+                target,
+                members,
+                records,
+            } => {
+                let numbered = Numbered::members(t.name, target, members);
+                self.send_now(t, (node, target), Some(records), numbered, true)
+            }
+            Placement::Numbered {
+                node,
+                target,
+                seq,
+                key,
+                records,
+            } => self.numbered(t, entry.index, (node, target, seq), key, records),
+            Placement::JoinedTo {
+                head,
+                node,
+                target,
+                seq,
+                key,
+                records,
+            } => self.join_behind(t, head, (node, target, seq), key, records),
+            // (`entry` routes waiting batches before they get here.)
+            Placement::Wait { .. } => Route::Local {
+                error: code::REQUEST_TIMED_OUT,
+            },
+        }
+    }
+
+    /// Puts a batch numbered `seq` on partition `target` of `node` in its part. A head that
+    /// later batches of the request may join is recorded with it.
+    fn numbered(
+        &mut self,
+        t: &mut TopicPlan,
+        client_partition: i32,
+        (node, target, seq): (i32, i32, i32),
+        key: BatchKey,
+        records: Bytes,
+    ) -> Route {
+        let bytes = records.len();
+        count_numbered(
+            self.proxy,
+            t.name.as_str(),
+            self.home,
+            node,
+            &key,
+            target,
+            bytes,
+        );
+        if t.choice.heads.len() > t.joins.len() {
+            // A head others may join: where it goes is known below.
+            t.joins.push(PlanJoin {
+                part: usize::MAX,
+                route: usize::MAX,
+                target,
+                seq,
+                epoch: key.epoch,
+                topic_key: key.topic.clone(),
+                records: vec![records.clone()],
+            });
+        }
+        let numbered = Numbered {
+            topic: t.name.clone(),
+            key,
+            target,
+            seq,
+        };
+        let moved = target != client_partition;
+        self.send_now(t, (node, target), Some(records), vec![numbered], moved)
+    }
+
+    /// Adds a batch numbered `seq` right behind head `head` of this request to the head's
+    /// joined batch, built once the topic is placed ([`PlanJoin::finish`]).
+    fn join_behind(
+        &mut self,
+        t: &mut TopicPlan,
+        head: usize,
+        (node, target, seq): (i32, i32, i32),
+        key: BatchKey,
+        records: Bytes,
+    ) -> Route {
+        let Some(join) = t.joins.get_mut(head) else {
+            // (Every head of the choice is recorded when it is numbered.)
+            return Route::Local {
+                error: code::REQUEST_TIMED_OUT,
+            };
+        };
+        let bytes = records.len();
+        count_numbered(
+            self.proxy,
+            t.name.as_str(),
+            self.home,
+            node,
+            &key,
+            target,
+            bytes,
+        );
+        join.records.push(records);
+        self.numbered_in[join.part].push(Numbered {
+            topic: t.name.clone(),
+            key,
+            target,
+            seq,
+        });
+        Route::Part {
+            part: join.part,
+            partition: target,
+            moved: true,
+        }
+    }
+
+    /// Puts `records` for `partition` of broker `node` in the part for that connection, with
+    /// the client batches `numbered` they stand for; returns the entry's route.
+    fn send_now(
+        &mut self,
+        t: &mut TopicPlan,
+        (node, partition): (i32, i32),
+        records: Option<Bytes>,
+        numbered: Vec<Numbered>,
+        moved: bool,
+    ) -> Route {
+        let link = LinkKey::new(node, partition);
+        let part = destination_without(&mut self.destinations, link, t.name, partition);
+        add_entry(&mut self.destinations[part].1, t.name, partition, records);
+        let parts = self.numbered_in.len().max(part + 1);
+        self.numbered_in.resize_with(parts, Vec::new);
+        self.numbered_in[part].extend(numbered);
+        // A head just numbered: its joined batch replaces this entry, in this part.
+        if let Some(join) = t.joins.last_mut().filter(|j| j.part == usize::MAX) {
+            join.part = part;
+            join.route = t.routes.len();
+        }
+        Route::Part {
+            part,
+            partition,
+            moved,
+        }
+    }
+
+    /// Queues the parts sent now on the producer's connections, in the order they were
+    /// numbered, and adds the waiting batches' parts after them (their routes shifted to
+    /// match). `state` is still locked: `unsent` must outlive that lock.
+    fn queue(
+        self,
+        owner: &Arc<OwnedProducer>,
+        state: &mut ProducerState,
+        routes: &mut [Vec<Route>],
+        unsent: &mut Vec<PendingReply>,
+    ) -> Vec<Part> {
+        // Waiting batches' parts come after the parts sent now.
+        let sent_now = self.destinations.len();
+        for route in routes.iter_mut().flatten() {
+            if let Route::Waiting { part } = route {
+                *part += sent_now;
+            }
+        }
+        let mut parts = Vec::with_capacity(sent_now + self.waiting.len());
+        let mut numbered_in = self.numbered_in;
+        numbered_in.resize_with(sent_now, Vec::new);
+        let mut links = Links {
+            proxy: self.proxy,
+            owner,
+            unsent,
+        };
+        for ((link, topic_data), numbered) in self.destinations.into_iter().zip(numbered_in) {
+            let (reply, sent) = oneshot::channel();
+            let request = Request {
+                link,
+                topic_data,
+                numbered,
+                to: AnswerTo::Part(reply),
+            };
+            let frame = links.queue(state, &self.shape, request);
+            parts.push(Part {
+                node_id: link.node_id,
+                frame,
+                sent: Some(sent),
+            });
+        }
+        if !self.waiting.is_empty() {
+            release_at(self.proxy.clone(), owner.clone(), self.now + WAIT_AT_MOST);
+        }
+        for answer in self.waiting {
+            parts.push(Part {
+                node_id: self.home,
+                frame: Bytes::new(),
+                sent: Some(answer),
+            });
+        }
+        parts
+    }
 }

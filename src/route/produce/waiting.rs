@@ -13,28 +13,30 @@
 //! A waiting batch is its own part of the client's request: its answer arrives on the part's
 //! receiver like any other part's, from the broker once placed or from kroute when it gives up.
 //! It has no number yet, so the broker has seen nothing of it and dropping it loses nothing.
+//!
+//! Releasing a batch takes it through the same stages as the planner ([`super::sequenced`])
+//! does, from place on: [`super::place`], [`super::number`], [`super::send`]; its answers,
+//! when kroute writes them, come from [`super::replies`].
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use bytes::Bytes;
+use kafka_protocol::messages::TopicName;
 use tokio::sync::oneshot;
 
 use super::answers::Numbered;
-use super::merge::no_answer;
+use super::number::{self, number};
 use super::place::{Place, Placement, TopicChoice};
-use super::sequenced::{AnswerTo, count_numbered, queue_batch, queue_waited};
-use crate::protocol::header::split_response;
+use super::replies::{JoinedWaiter, Shape, local_answer};
+use super::send::{AnswerTo, Links, Request, count_numbered};
 use crate::proxy::Proxy;
 use crate::route::batch::InspectBudget;
 use crate::route::join;
 use crate::route::producers::{OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
-use crate::upstream::{PendingReply, Reply, UpstreamGone};
+use crate::upstream::{PendingReply, Reply};
 
 /// How long a batch waits for a partition to take it before kroute answers REQUEST_TIMED_OUT.
 /// Lanes free up within one answer of a broker; a wait this long means every lane is stuck
@@ -43,17 +45,6 @@ pub const WAIT_AT_MOST: Duration = Duration::from_millis(500);
 
 /// Batches one producer may have waiting; beyond that they are answered REQUEST_TIMED_OUT.
 const MAX_WAITING: usize = 256;
-
-/// The request a waiting batch came in: what its own request upstream is built from.
-#[derive(Clone)]
-pub struct Shape {
-    /// The client's request header bytes (API key, version, correlation id, client id).
-    pub header: Bytes,
-    pub version: i16,
-    pub correlation_id: i32,
-    pub acks: i16,
-    pub timeout_ms: i32,
-}
 
 /// One batch waiting to be numbered.
 pub struct Waiter {
@@ -115,12 +106,16 @@ pub fn release(
     if state.waiting.is_empty() {
         return;
     }
-    let counters = &proxy.metrics.sequencing;
     let mut queue: Vec<Option<Waiter>> = std::mem::take(&mut state.waiting.queue)
         .into_iter()
         .map(Some)
         .collect();
     let mut keep: VecDeque<Waiter> = VecDeque::with_capacity(queue.len());
+    let mut links = Links {
+        proxy,
+        owner,
+        unsent,
+    };
     for i in 0..queue.len() {
         let Some(w) = queue[i].take() else { continue };
         if w.reply.is_closed() {
@@ -129,105 +124,109 @@ pub fn release(
             continue;
         }
         let earlier_waits = keep.iter().any(|k| same_partition(&k.key, &w.key));
-        let name = w.topic.as_str().to_owned();
-        let layout = proxy.cluster.topic(&name);
-        let mut used = HashSet::new();
-        let mut place = Place {
-            proxy,
-            state,
-            home: w.home,
-            name: &name,
-            layout: layout.as_deref(),
-            used: &mut used,
-            now,
-        };
-        let mut budget = InspectBudget::per_request();
-        let placement = place.entry(
-            w.key.clone(),
-            &w.records,
-            &mut TopicChoice::default(),
-            (Some(w.movable), &mut budget),
-            earlier_waits,
-        );
-        match placement.renumbered(state) {
+        match place(proxy, state, &w, now, earlier_waits) {
             Placement::Wait { .. } if now < w.deadline => keep.push_back(w),
-            Placement::Wait { .. } => {
-                counters.busy.increment(1);
-                answer(w, code::REQUEST_TIMED_OUT);
-            }
-            Placement::Local(error) => answer(w, error),
-            // Only adopted producers' batches pass untouched, and those never wait.
-            Placement::Untouched => answer(w, code::REQUEST_TIMED_OUT),
-            // (Each waiting batch is placed with a choice of its own: nothing to join there.)
-            Placement::JoinedTo {
-                target, seq, key, ..
-            } => {
-                state
-                    .sequences
-                    .resolve(&key, target, seq, code::INVALID_RECORD);
-                answer(w, code::REQUEST_TIMED_OUT);
-            }
-            Placement::Joined {
-                node,
-                target,
-                members,
-                records,
-            } => {
-                let numbered = Numbered::members(&w.topic, target, members);
-                let batch = (w.topic.clone(), records);
-                let shape = w.shape.clone();
-                let to = AnswerTo::Joined(vec![w.into_joined()]);
-                queue_batch(
-                    proxy,
-                    owner,
-                    state,
-                    &shape,
-                    (node, target),
-                    batch,
-                    numbered,
-                    to,
-                    unsent,
-                );
-            }
-            Placement::Numbered {
-                node,
-                target,
-                seq,
-                key,
-                records,
-            } => {
-                let joiners = if w.movable {
-                    take_joiners(proxy, state, &mut queue[i + 1..], &w, target, seq)
-                } else {
-                    Vec::new()
-                };
-                if joiners.is_empty() {
-                    let Waiter {
-                        topic,
-                        shape,
-                        reply,
-                        home,
-                        ..
-                    } = w;
-                    queue_waited(
-                        proxy,
-                        owner,
-                        state,
-                        &shape,
-                        (home, node, target, key, seq),
-                        (topic, records),
-                        reply,
-                        unsent,
-                    );
-                } else {
-                    let head = (w, key, seq, records);
-                    send_joined(proxy, owner, state, (node, target), head, joiners, unsent);
-                }
-            }
+            placement => settle(&mut links, state, w, placement, &mut queue[i + 1..]),
         }
     }
     // (Nothing was added meanwhile: the caller holds the producer's lock.)
     state.waiting.queue = keep;
+}
+
+/// Where waiting batch `w` goes now, with its numbers written in. It is placed on its own
+/// (nothing else of its request is placed with it any more), as movable as it was found on
+/// arrival; `earlier_waits` tells whether a batch of its client partition still waits before it.
+fn place(
+    proxy: &Proxy,
+    state: &mut ProducerState,
+    w: &Waiter,
+    now: Instant,
+    earlier_waits: bool,
+) -> Placement {
+    let name = w.topic.as_str();
+    let layout = proxy.cluster.topic(name);
+    let mut used = HashSet::new();
+    let mut place = Place {
+        proxy,
+        state,
+        home: w.home,
+        name,
+        layout: layout.as_deref(),
+        used: &mut used,
+        now,
+    };
+    let mut budget = InspectBudget::per_request();
+    let placement = place.entry(
+        w.key.clone(),
+        &w.records,
+        &mut TopicChoice::default(),
+        (Some(w.movable), &mut budget),
+        earlier_waits,
+    );
+    number(placement, state)
+}
+
+/// Sends waiting batch `w` where `placement` says, or answers it. A batch numbered fresh takes
+/// along, in one joined batch, those of `later` (the batches waiting behind it) that can go
+/// with it.
+fn settle(
+    links: &mut Links,
+    state: &mut ProducerState,
+    w: Waiter,
+    placement: Placement,
+    later: &mut [Option<Waiter>],
+) {
+    match placement {
+        // Past its deadline (`release` keeps the others).
+        Placement::Wait { .. } => {
+            links.proxy.metrics.sequencing.busy.increment(1);
+            answer(w, code::REQUEST_TIMED_OUT);
+        }
+        Placement::Local(error) => answer(w, error),
+        // Only adopted producers' batches pass untouched, and those never wait.
+        Placement::Untouched => answer(w, code::REQUEST_TIMED_OUT),
+        // (Each waiting batch is placed with a choice of its own: nothing to join there.)
+        Placement::JoinedTo {
+            target, seq, key, ..
+        } => {
+            state
+                .sequences
+                .resolve(&key, target, seq, code::INVALID_RECORD);
+            answer(w, code::REQUEST_TIMED_OUT);
+        }
+        Placement::Joined {
+            node,
+            target,
+            members,
+            records,
+        } => {
+            let numbered = Numbered::members(&w.topic, target, members);
+            let batch = (w.topic.clone(), records);
+            let shape = w.shape.clone();
+            let to = AnswerTo::Joined(vec![w.into_joined()]);
+            let request = Request::batch((node, target), batch, numbered, to);
+            links.queue(state, &shape, request);
+        }
+        Placement::Numbered {
+            node,
+            target,
+            seq,
+            key,
+            records,
+        } => {
+            let joiners = if w.movable {
+                take_joiners(links.proxy, state, later, &w, target, seq)
+            } else {
+                Vec::new()
+            };
+            let head = (w, key, seq, records);
+            if joiners.is_empty() {
+                send_alone(links, state, (node, target), head);
+            } else {
+                send_joined(links, state, (node, target), head, joiners);
+            }
+        }
+    }
 }
 
 /// Takes from `later` (the waiting batches after `head`, in arrival order) those that can go
@@ -275,23 +274,46 @@ fn take_joiners(
     joiners
 }
 
+/// Sends `head` alone, renumbered (`records`, kroute's base sequence `seq` for client batch
+/// `key`), on partition `target` of `node`.
+fn send_alone(
+    links: &mut Links,
+    state: &mut ProducerState,
+    (node, target): (i32, i32),
+    (head, key, seq, records): (Waiter, BatchKey, i32, Bytes),
+) {
+    let Waiter {
+        topic,
+        shape,
+        reply,
+        home,
+        ..
+    } = head;
+    let bytes = records.len();
+    count_numbered(links.proxy, topic.as_str(), home, node, &key, target, bytes);
+    let numbered = vec![Numbered {
+        topic: topic.clone(),
+        key,
+        target,
+        seq,
+    }];
+    let to = AnswerTo::Part(reply);
+    let request = Request::batch((node, target), (topic, records), numbered, to);
+    links.queue(state, &shape, request);
+}
+
 /// Sends `head` and its `joiners` as one joined batch on partition `target` of `node`.
 fn send_joined(
-    proxy: &Arc<Proxy>,
-    owner: &Arc<OwnedProducer>,
+    links: &mut Links,
     state: &mut ProducerState,
     (node, target): (i32, i32),
     (head, key, seq, records): (Waiter, BatchKey, i32, Bytes),
     joiners: Vec<(Waiter, i32)>,
-    unsent: &mut Vec<PendingReply>,
 ) {
-    let counters = &proxy.metrics.sequencing;
     let mut parts: Vec<&Bytes> = Vec::with_capacity(joiners.len() + 1);
     parts.push(&records);
     parts.extend(joiners.iter().map(|(j, _)| &j.records));
-    let joined = state
-        .upstream_epoch(key.epoch)
-        .and_then(|epoch| join::join(&parts, epoch, seq));
+    let joined = number::joined(state, key.epoch, seq, &parts);
     let topic = head.topic.clone();
     let shape = head.shape.clone();
     let mut numbered = vec![Numbered {
@@ -334,31 +356,18 @@ fn send_joined(
         return;
     };
     sequences.set_joined(&topic_key, target, epoch, seq, &joined);
-    counters.joined.increment(numbered.len() as u64 - 1);
+    let proxy = links.proxy;
+    proxy
+        .metrics
+        .sequencing
+        .joined
+        .increment(numbered.len() as u64 - 1);
     for (n, (home, size)) in numbered.iter().zip(sizes) {
         count_numbered(proxy, topic.as_str(), home, node, &n.key, target, size);
     }
     let to = AnswerTo::Joined(waiters);
-    queue_batch(
-        proxy,
-        owner,
-        state,
-        &shape,
-        (node, target),
-        (topic, joined),
-        numbered,
-        to,
-        unsent,
-    );
-}
-
-/// A waiting batch that went out in a joined batch: what its answer needs.
-pub struct JoinedWaiter {
-    shape: Shape,
-    topic: TopicName,
-    /// The client's partition.
-    partition: i32,
-    reply: oneshot::Sender<Reply>,
+    let request = Request::batch((node, target), (topic, joined), numbered, to);
+    links.queue(state, &shape, request);
 }
 
 impl Waiter {
@@ -369,38 +378,6 @@ impl Waiter {
             partition: self.key.partition,
             reply: self.reply,
         }
-    }
-}
-
-/// Answers each batch of a joined batch from the broker's answer to it (`version`), as its own
-/// request expects: the joined batch's result, with offsets unknown (they are the first
-/// batch's), or no answer if none came.
-pub fn answer_joined(answer: &Reply, version: i16, waiters: Vec<JoinedWaiter>) {
-    let header_version = ApiKey::Produce.response_header_version(version);
-    let result = answer.as_ref().ok().and_then(|payload| {
-        let (_, mut body) = split_response(payload, header_version).ok()?;
-        let response = ProduceResponse::decode(&mut body, version).ok()?;
-        let p = response
-            .responses
-            .into_iter()
-            .next()?
-            .partition_responses
-            .into_iter()
-            .next()?;
-        Some(p)
-    });
-    for w in waiters {
-        let reply = match &result {
-            Some(p) => {
-                let mut mine = no_answer(p.error_code);
-                mine.index = p.index;
-                mine.error_message = p.error_message.clone();
-                mine.log_append_time_ms = p.log_append_time_ms;
-                Ok(partition_answer(&w.shape, &w.topic, mine))
-            }
-            None => Err(UpstreamGone),
-        };
-        let _ = w.reply.send(reply);
     }
 }
 
@@ -425,30 +402,4 @@ fn answer(w: Waiter, error: i16) {
     let _ = w
         .reply
         .send(Ok(local_answer(&w.shape, &w.topic, w.key.partition, error)));
-}
-
-/// A Produce response (with its header) naming one partition, answered with `error`.
-pub fn local_answer(shape: &Shape, topic: &TopicName, partition: i32, error: i16) -> Bytes {
-    let mut p = no_answer(error);
-    p.index = partition;
-    partition_answer(shape, topic, p)
-}
-
-/// A Produce response (with its header) for a request shaped `shape`, naming one partition.
-fn partition_answer(shape: &Shape, topic: &TopicName, p: PartitionProduceResponse) -> Bytes {
-    let header_version = ApiKey::Produce.response_header_version(shape.version);
-    let response = ProduceResponse::default().with_responses(vec![
-        TopicProduceResponse::default()
-            .with_name(topic.clone())
-            .with_partition_responses(vec![p]),
-    ]);
-    let mut out = BytesMut::with_capacity(64);
-    out.put_i32(shape.correlation_id);
-    if header_version >= 1 {
-        out.put_u8(0); // no tagged fields in the response header
-    }
-    // A response this simple encodes in every version a request was decoded in; if not, the
-    // merge finds no answer for the partition and reports it retriable.
-    let _ = response.encode(&mut out, shape.version);
-    out.freeze()
 }
