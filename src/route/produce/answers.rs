@@ -120,20 +120,7 @@ pub fn record(
         };
         let reported = sequences.resolve(&b.key, b.target, b.seq, said);
         if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
-            if reported == said {
-                metrics.sequence_errors_passed.increment(1);
-                warn!(
-                    topic = %b.topic.as_str(),
-                    partition = b.target,
-                    sequence = b.seq,
-                    epoch = b.key.epoch,
-                    "a broker refused kroute's numbering where nothing was missing before it; \
-                     the client resets its producer state"
-                );
-            } else {
-                debug!(key = ?b.key, target = b.target, seq = b.seq, "kroute's out-of-order hidden");
-                metrics.sequence_errors_hidden.increment(1);
-            }
+            count_out_of_order(metrics, b, reported == said);
         }
         if reported != said {
             p.error_code = reported;
@@ -150,6 +137,26 @@ pub fn record(
         return Err(UpstreamGone);
     }
     Ok(out.freeze())
+}
+
+/// Counts an OUT_OF_ORDER_SEQUENCE_NUMBER for batch `b`: `passed` to the client where
+/// kroute's numbering did not cause it (the client then resets its producer state, worth a
+/// warning), hidden as retriable where it did.
+fn count_out_of_order(metrics: &SequenceMetrics, b: &Numbered, passed: bool) {
+    if passed {
+        metrics.sequence_errors_passed.increment(1);
+        warn!(
+            topic = %b.topic.as_str(),
+            partition = b.target,
+            sequence = b.seq,
+            epoch = b.key.epoch,
+            "a broker refused kroute's numbering where nothing was missing before it; \
+             the client resets its producer state"
+        );
+    } else {
+        debug!(key = ?b.key, target = b.target, seq = b.seq, "kroute's out-of-order hidden");
+        metrics.sequence_errors_hidden.increment(1);
+    }
 }
 
 /// An answer for tests: one topic, (partition, error) pairs.

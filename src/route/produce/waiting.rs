@@ -337,37 +337,47 @@ fn send_joined(
         .chain(joiners.into_iter().map(|(j, _)| j))
         .map(Waiter::into_joined)
         .collect();
-    let sequences = &mut state.sequences;
     let Some(joined) = joined else {
-        // Cannot happen for batches checked one by one against the head; if it did, nothing
-        // was sent: a refusal of a joined batch leaves each to be retried alone.
-        sequences.set_joined(&topic_key, target, epoch, seq, &Bytes::new());
-        for n in &numbered {
-            sequences.resolve(&n.key, target, n.seq, code::INVALID_RECORD);
-        }
-        for w in waiters {
-            let _ = w.reply.send(Ok(local_answer(
-                &w.shape,
-                &w.topic,
-                w.partition,
-                code::REQUEST_TIMED_OUT,
-            )));
-        }
+        give_back(state, (&topic_key, target, epoch, seq), &numbered, waiters);
         return;
     };
-    sequences.set_joined(&topic_key, target, epoch, seq, &joined);
+    state
+        .sequences
+        .set_joined(&topic_key, target, epoch, seq, &joined);
     let proxy = links.proxy;
-    proxy
-        .metrics
-        .sequencing
-        .joined
-        .increment(numbered.len() as u64 - 1);
+    let joined_behind = numbered.len() as u64 - 1;
+    proxy.metrics.sequencing.joined.increment(joined_behind);
     for (n, (home, size)) in numbered.iter().zip(sizes) {
         count_numbered(proxy, topic.as_str(), home, node, &n.key, target, size);
     }
     let to = AnswerTo::Joined(waiters);
     let request = Request::batch((node, target), (topic, joined), numbered, to);
     links.queue(state, &shape, request);
+}
+
+/// Takes back the numbers of a joined batch that could not be built (`topic_key`, on
+/// `target`, client epoch `epoch`, from `seq`) and answers each of its batches "not now".
+/// Cannot happen for batches checked one by one against the head; if it did, nothing was sent:
+/// as after a refusal of a joined batch, each is retried alone.
+fn give_back(
+    state: &mut ProducerState,
+    (topic_key, target, epoch, seq): (&Bytes, i32, i16, i32),
+    numbered: &[Numbered],
+    waiters: Vec<JoinedWaiter>,
+) {
+    let sequences = &mut state.sequences;
+    sequences.set_joined(topic_key, target, epoch, seq, &Bytes::new());
+    for n in numbered {
+        sequences.resolve(&n.key, target, n.seq, code::INVALID_RECORD);
+    }
+    for w in waiters {
+        let _ = w.reply.send(Ok(local_answer(
+            &w.shape,
+            &w.topic,
+            w.partition,
+            code::REQUEST_TIMED_OUT,
+        )));
+    }
 }
 
 impl Waiter {
