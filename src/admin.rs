@@ -1,4 +1,5 @@
-//! The admin HTTP endpoint (axum): `/metrics` (Prometheus text), `/health` and `/ready`.
+//! The admin HTTP endpoint (axum): `/metrics` (Prometheus text), `/health` and `/ready`, and
+//! with `[lag]` enabled Burrow's `/v3/kafka/...` API ([`crate::lag::http`]).
 //!
 //! `/health` is liveness: 200 for as long as the process serves, draining included. `/ready`
 //! says traffic may be sent to kroute: 200 once kroute has learnt the cluster (its own metadata
@@ -46,20 +47,26 @@ pub async fn serve(listener: TcpListener, handle: PrometheusHandle, proxy: Arc<P
 
 /// The admin routes; more endpoints join here.
 pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(health))
-        .route("/ready", get(ready))
-        .with_state(Admin { handle, proxy })
+        .route("/ready", get(ready));
+    if let Some(lag) = &proxy.lag {
+        router = router.merge(crate::lag::http::routes(lag.clone()));
+    }
+    router.with_state(Admin { handle, proxy })
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {
     crate::metrics::observe(&admin.proxy, readiness(&admin.proxy).is_ok());
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        admin.handle.render(),
-    )
-        .into_response()
+    let mut text = admin.handle.render();
+    if let Some(lag) = &admin.proxy.lag {
+        text.push_str(&crate::lag::metrics::render(
+            lag,
+            crate::lag::collect::now_ms(),
+        ));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 async fn health() -> &'static str {

@@ -39,6 +39,9 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// Consumer lag, judged as Burrow judges it ([`crate::lag`]).
+    #[serde(default)]
+    pub lag: crate::lag::LagConfig,
 }
 
 /// How kroute logs (the filter is `RUST_LOG`'s).
@@ -495,6 +498,9 @@ impl Config {
             self.upstream.sasl.as_ref(),
         )
         .map_err(|(key, problem)| invalid(key, problem))?;
+        self.lag
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
         if self.upstream.bootstrap_servers.is_empty() {
             return Err(invalid(
                 "upstream.bootstrap_servers",

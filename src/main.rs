@@ -148,6 +148,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(refresh_metadata(proxy.clone()));
     tokio::spawn(kroute::route::recovery::read_held_epochs(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
+    tokio::spawn(kroute::lag::collect::run(proxy.clone()));
     let listening = tokio::spawn(listener::run(proxy.clone()));
 
     let signal = tokio::select! {

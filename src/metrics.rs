@@ -44,6 +44,31 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         None,
         "1 while kroute is ready for traffic (what /ready answers 200 for), else 0",
     ),
+    // Consumer lag ([lag]); the per-group series are rendered by crate::lag::metrics.
+    (
+        "kroute_lag_polls_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Lag polls of the cluster, by outcome (ok, failed: some request failed)",
+    ),
+    (
+        "kroute_lag_poll_duration_seconds",
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "How long the last lag poll took",
+    ),
+    (
+        "kroute_lag_commits_observed_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Partition offsets of watched groups recorded from OffsetCommit requests through kroute",
+    ),
+    (
+        "kroute_lag_commits_unreadable_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "OffsetCommit requests or responses kroute could not read for lag (forwarded anyway)",
+    ),
     // Client side.
     (
         "kroute_client_connections_total",
@@ -448,6 +473,7 @@ pub struct Metrics {
     pub metadata_refresh_failures: Counter,
     pub routing: RoutingMetrics,
     pub sequencing: SequenceMetrics,
+    pub lag: crate::lag::metrics::LagMetrics,
     apis: Vec<ApiMetrics>,
     brokers: DashMap<i32, Arc<BrokerMetrics>>,
 }
@@ -518,6 +544,7 @@ impl Metrics {
             metadata_refresh_failures: counter!("kroute_metadata_refresh_failures_total"),
             routing: RoutingMetrics::new(),
             sequencing: SequenceMetrics::new(),
+            lag: crate::lag::metrics::LagMetrics::new(),
             apis,
             brokers: DashMap::new(),
         }

@@ -7,6 +7,7 @@ use tracing::{info, warn};
 use crate::client::Shutdown;
 use crate::cluster::{ClusterView, fetch_brokers};
 use crate::config::Config;
+use crate::lag::LagStore;
 use crate::metrics::Metrics;
 use crate::rewrite::AddressMap;
 use crate::route::Router;
@@ -23,6 +24,8 @@ pub struct Proxy {
     pub router: Router,
     /// Graceful shutdown: listeners and client sessions watch it.
     pub shutdown: Shutdown,
+    /// Consumer lag, when `[lag]` is enabled.
+    pub lag: Option<Arc<LagStore>>,
 }
 
 impl Proxy {
@@ -46,6 +49,10 @@ impl Proxy {
             config.listen.broker_port_base,
         );
         let router = Router::new(&config.routing);
+        let lag = config
+            .lag
+            .enabled
+            .then(|| Arc::new(LagStore::new(&config.lag)));
         Ok(Arc::new(Proxy {
             config,
             security,
@@ -54,6 +61,7 @@ impl Proxy {
             addresses,
             router,
             shutdown: Shutdown::new(),
+            lag,
         }))
     }
 }

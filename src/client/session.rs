@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
 
+use crate::lag::observe::commit_hook;
 use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
@@ -337,6 +338,11 @@ async fn read_requests(
                     && head.api() == Some(ApiKey::Produce)
                 {
                     reply = reply.with_hook(learn_written_topics(written, head.api_version));
+                }
+                if head.api() == Some(ApiKey::OffsetCommit)
+                    && let Some(hook) = commit_hook(proxy, head.api_version, &frame)
+                {
+                    reply = reply.with_hook(hook);
                 }
                 let out = Outbound {
                     frame,

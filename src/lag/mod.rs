@@ -23,14 +23,31 @@
 //! - [`time_lag`]: seconds behind, interpolated from the log-end history as kafka-lag-exporter
 //!   does.
 //!
-//! Around it (elsewhere): a collector polls the cluster and watches OffsetCommit requests to
-//! fill the windows, and the metrics and the admin HTTP endpoint publish the verdicts.
+//!
+//! Around it, the parts that touch the world:
+//! - [`config`]: the `[lag]` section;
+//! - [`store`]: the windows and log ends of every watched group, behind one lock;
+//! - [`collect`] (with [`poll`], one function per Kafka request): polls the cluster;
+//! - [`observe`] (with [`offset_commit`], a bounded reader): records the OffsetCommit requests
+//!   passing through kroute, the data path's only contact with lag;
+//! - [`metrics`] and [`http`]: the verdicts in Prometheus and in Burrow's HTTP API.
 
+pub mod collect;
+pub mod config;
 pub mod evaluate;
+pub mod http;
 pub mod log_end;
+pub mod metrics;
+pub mod observe;
+pub mod offset_commit;
+pub mod poll;
 pub mod status;
+pub mod store;
 pub mod time_lag;
 pub mod window;
+
+pub use config::LagConfig;
+pub use store::LagStore;
 
 pub use evaluate::{GroupStatus, Params, PartitionInput, PartitionStatus, evaluate_group};
 pub use log_end::LogEnd;

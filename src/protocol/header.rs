@@ -91,6 +91,75 @@ impl<'a> WireReader<'a> {
         Err(malformed(what))
     }
 
+    pub fn i32(&mut self, what: &'static str) -> Result<i32, Malformed> {
+        let b = self.take(4, what)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn i64(&mut self, what: &'static str) -> Result<i64, Malformed> {
+        let b = self.take(8, what)?;
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(b);
+        Ok(i64::from_be_bytes(bytes))
+    }
+
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], Malformed> {
+        let start = self.pos;
+        self.skip(n, what)?;
+        Ok(&self.buf[start..self.pos])
+    }
+
+    /// A string, classic (`i16` length) or compact (varint length + 1); `None` when null.
+    pub fn nullable_string(
+        &mut self,
+        compact: bool,
+        what: &'static str,
+    ) -> Result<Option<&'a str>, Malformed> {
+        let len = if compact {
+            match self.unsigned_varint(what)? {
+                0 => return Ok(None),
+                n => (n - 1) as usize,
+            }
+        } else {
+            match self.i16(what)? {
+                n if n < 0 => return Ok(None),
+                n => n as usize,
+            }
+        };
+        let bytes = self.take(len, what)?;
+        std::str::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| malformed(what))
+    }
+
+    /// An array's length, classic (`i32`) or compact (varint + 1); `None` when null. A count
+    /// larger than the bytes left could hold (each element takes at least `min_element`
+    /// bytes) is malformed: nothing is sized from a count before the bytes are seen.
+    pub fn array_len(
+        &mut self,
+        compact: bool,
+        min_element: usize,
+        what: &'static str,
+    ) -> Result<Option<usize>, Malformed> {
+        let len = if compact {
+            match self.unsigned_varint(what)? {
+                0 => return Ok(None),
+                n => (n - 1) as usize,
+            }
+        } else {
+            match self.i32(what)? {
+                n if n < 0 => return Ok(None),
+                n => n as usize,
+            }
+        };
+        let left = self.buf.len() - self.pos;
+        if len.saturating_mul(min_element.max(1)) > left {
+            return Err(malformed(what));
+        }
+        Ok(Some(len))
+    }
+
     /// Skips a classic `i16`-length nullable string.
     pub fn skip_nullable_string(&mut self, what: &'static str) -> Result<(), Malformed> {
         let len = self.i16(what)?;

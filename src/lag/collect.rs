@@ -1,0 +1,205 @@
+//! The lag collector: every `lag.poll_interval_ms`, asks the cluster which groups exist, who owns
+//! their partitions, what they committed and where the partitions' logs end, and hands it all
+//! to the [`LagStore`].
+//!
+//! One poll, in order:
+//! 1. ListGroups on every broker: each lists the groups it coordinates;
+//! 2. on each coordinator, for its watched groups: DescribeGroups (classic groups) or
+//!    ConsumerGroupDescribe (KIP-848 groups) for the owners, and OffsetFetch for the commits;
+//! 3. Metadata for the topics committed to, then ListOffsets on each partition's leader;
+//! 4. the log ends are recorded first, then the commits, so a commit's lag is taken against a
+//!    log end read after it (never one older than the commit, which would flatter a consumer).
+//!
+//! A broker that fails leaves its groups unread this time; the rest of the poll goes on. A
+//! failure streak is logged once it lasts [`WARN_AFTER_FAILED_POLLS`] polls (one lost
+//! connection is not worth a warning: the next poll reads it all again) and once when it ends.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, info, warn};
+
+use super::poll::{self, Listed};
+use super::store::{LagStore, Owner, Source, TopicPartition};
+use crate::proxy::Proxy;
+
+/// Polls in a row that must fail in part before it is logged as a warning.
+pub const WARN_AFTER_FAILED_POLLS: u32 = 3;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Polls forever (returns at once when `[lag]` is off).
+pub async fn run(proxy: Arc<Proxy>) {
+    let Some(lag) = proxy.lag.clone() else {
+        return;
+    };
+    let every = Duration::from_millis(lag.config().poll_interval_ms);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failed_in_a_row = 0u32;
+    loop {
+        tick.tick().await;
+        if !proxy.cluster.is_ready() {
+            continue;
+        }
+        let started = Instant::now();
+        let errors = poll_once(&proxy, &lag).await;
+        let metrics = &proxy.metrics.lag;
+        metrics.poll_seconds.set(started.elapsed().as_secs_f64());
+        match errors.first() {
+            None => {
+                metrics.polls_ok.increment(1);
+                if failed_in_a_row >= WARN_AFTER_FAILED_POLLS {
+                    info!("lag polling works again");
+                }
+                failed_in_a_row = 0;
+            }
+            Some(first) => {
+                metrics.polls_failed.increment(1);
+                failed_in_a_row += 1;
+                if failed_in_a_row == WARN_AFTER_FAILED_POLLS {
+                    warn!(
+                        errors = errors.len(),
+                        "lag polling failed in part {failed_in_a_row} times in a row (last: {first}); the groups involved keep their last state"
+                    );
+                } else {
+                    debug!(errors = errors.len(), "lag poll failed in part: {first}");
+                }
+            }
+        }
+    }
+}
+
+/// One poll; returns what failed.
+async fn poll_once(proxy: &Proxy, lag: &LagStore) -> Vec<String> {
+    let asked_ms = now_ms();
+    let mut errors = Vec::new();
+    let brokers: Vec<String> = proxy
+        .cluster
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| proxy.cluster.address(id))
+        .collect();
+    let mut owners: HashMap<String, HashMap<TopicPartition, Owner>> = HashMap::new();
+    let mut commits: HashMap<String, Vec<(TopicPartition, i64)>> = HashMap::new();
+    for addr in &brokers {
+        let ask = proxy.ask(addr);
+        let groups = match poll::list_groups(&ask).await {
+            Ok(groups) => groups,
+            Err(e) => {
+                errors.push(format!("{addr}: ListGroups: {e:#}"));
+                continue;
+            }
+        };
+        let watched: Vec<Listed> = groups
+            .into_iter()
+            .filter(|g| lag.config().watches(&g.group))
+            .collect();
+        if let Err(e) = read_groups(&ask, &watched, &mut owners, &mut commits).await {
+            errors.push(format!("{addr}: {e:#}"));
+        }
+    }
+    let mut read: BTreeSet<TopicPartition> = lag.partitions_read();
+    read.extend(commits.values().flatten().map(|(tp, _)| tp.clone()));
+    let log_ends = match read_log_ends(proxy, lag, &brokers, &read).await {
+        Ok((ends, failed)) => {
+            errors.extend(failed);
+            ends
+        }
+        Err(e) => {
+            errors.push(format!("log ends: {e:#}"));
+            Vec::new()
+        }
+    };
+    let now = now_ms();
+    for ((topic, partition), offset) in log_ends {
+        lag.record_log_end((&topic, partition), offset, now);
+    }
+    for (group, owned) in owners {
+        if !lag.listed(&group, owned, now) {
+            continue;
+        }
+        for ((topic, partition), offset) in commits.remove(&group).unwrap_or_default() {
+            let polled = Source::Polled { asked_ms };
+            lag.record_commit(&group, (&topic, partition), offset, now, polled);
+        }
+    }
+    lag.expire(now);
+    errors
+}
+
+/// Owners and commits of the `groups` a broker coordinates.
+async fn read_groups(
+    ask: &crate::upstream::ask::Ask<'_>,
+    groups: &[Listed],
+    owners: &mut HashMap<String, HashMap<TopicPartition, Owner>>,
+    commits: &mut HashMap<String, Vec<(TopicPartition, i64)>>,
+) -> anyhow::Result<()> {
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let (consumer, classic): (Vec<&Listed>, Vec<&Listed>) =
+        groups.iter().partition(|g| g.consumer_protocol);
+    let names = |gs: &[&Listed]| gs.iter().map(|g| g.group.clone()).collect::<Vec<_>>();
+    let mut found = HashMap::new();
+    if !classic.is_empty() {
+        found.extend(poll::classic_owners(ask, &names(&classic)).await?);
+    }
+    if !consumer.is_empty() {
+        found.extend(poll::consumer_owners(ask, &names(&consumer)).await?);
+    }
+    let all: Vec<String> = groups.iter().map(|g| g.group.clone()).collect();
+    let committed = poll::committed(ask, &all).await?;
+    for group in all {
+        // A group listed but not described (it just went away) still counts as listed.
+        owners.insert(group.clone(), found.remove(&group).unwrap_or_default());
+        if let Some(c) = committed.get(&group) {
+            commits.insert(group, c.clone());
+        }
+    }
+    Ok(())
+}
+
+/// The log ends of `partitions`, read from their leaders; also teaches the store topic ids.
+/// Returns the readings and the leaders that failed.
+async fn read_log_ends(
+    proxy: &Proxy,
+    lag: &LagStore,
+    brokers: &[String],
+    partitions: &BTreeSet<TopicPartition>,
+) -> anyhow::Result<(Vec<(TopicPartition, i64)>, Vec<String>)> {
+    if partitions.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let topics: BTreeSet<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+    let first = brokers
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no broker known"))?;
+    let found = poll::leaders(&proxy.ask(first), &topics).await?;
+    lag.learn_topic_ids(found.topic_ids);
+    let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+    for tp in partitions {
+        if let Some(leader) = found.leaders.get(tp) {
+            by_leader.entry(*leader).or_default().push(tp.clone());
+        }
+    }
+    let (mut ends, mut failed) = (Vec::new(), Vec::new());
+    for (leader, tps) in by_leader {
+        let Some(addr) = proxy.cluster.address(leader) else {
+            failed.push(format!("broker {leader}: address unknown"));
+            continue;
+        };
+        match poll::log_ends(&proxy.ask(&addr), &tps).await {
+            Ok(read) => ends.extend(read),
+            Err(e) => failed.push(format!("{addr}: ListOffsets: {e:#}")),
+        }
+    }
+    Ok((ends, failed))
+}

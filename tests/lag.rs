@@ -1,0 +1,357 @@
+//! Consumer lag on the real cluster, with real consumers (librdkafka) committing through kroute:
+//! one test per Burrow status, a KIP-848 group, an unknown group, and the time lag.
+//!
+//! kroute polls every 500 ms and keeps windows of 5 commits. Each step that needs kroute to
+//! have seen new log ends waits for two completed polls (`kroute_lag_polls_total`) rather than
+//! for a time, so every lag kroute records is the one the test set up.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::librdkafka::{Produce, produce};
+use common::{Kroute, KrouteOptions, cluster, create_topic, http_get, unique, wait_for};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde_json::Value;
+
+const LAG_TOML: &str = "\n[lag]\nenabled = true\npoll_interval_ms = 500\nintervals = 5\n";
+
+fn lag_kroute() -> Kroute {
+    Kroute::start_with(KrouteOptions {
+        extra_toml: LAG_TOML.into(),
+        ..KrouteOptions::default()
+    })
+}
+
+/// A one-partition topic (the statuses are per partition; one keeps them readable).
+fn topic(prefix: &str) -> String {
+    let name = unique(prefix);
+    create_topic(&name, 1, &[]);
+    name
+}
+
+/// Produces `n` records to partition 0 through kroute and waits until kroute has polled twice
+/// since: its newest log end then includes them.
+fn produce_seen(k: &Kroute, topic: &str, n: usize) {
+    let how = Produce {
+        partition: Some(0),
+        ..Produce::default()
+    };
+    assert_eq!(produce(&k.bootstrap, topic, n, how).len(), n);
+    polls_pass(k, 2);
+}
+
+fn polls_pass(k: &Kroute, n: u32) {
+    let polls = |k: &Kroute| k.metric("kroute_lag_polls_total", &["outcome=\"ok\""]);
+    let start = polls(k);
+    wait_for("kroute's lag polls", Duration::from_secs(30), || {
+        (polls(k) >= start + f64::from(n)).then_some(())
+    });
+}
+
+/// A consumer of `group` that only commits (a simple group: no subscription).
+fn committer(k: &Kroute, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", &k.bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("librdkafka consumer")
+}
+
+fn commit(c: &BaseConsumer, topic: &str, offset: i64) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
+        .expect("partition offset");
+    c.commit(&tpl, CommitMode::Sync).expect("commit");
+}
+
+/// Burrow's answer for `group` at `/v3/kafka/local/consumer/{group}/{what}`.
+fn burrow(k: &Kroute, group: &str, what: &str) -> (u16, Value) {
+    let path = format!("/v3/kafka/local/consumer/{group}/{what}");
+    let (code, body) = http_get(&k.admin, &path).expect("admin endpoint answers");
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (code, json)
+}
+
+/// The group status and its first partition's status, from `/lag`.
+fn statuses(k: &Kroute, group: &str) -> (String, String) {
+    let (_, v) = burrow(k, group, "lag");
+    let group_status = v["status"]["status"].as_str().unwrap_or("").to_string();
+    let partition = v["status"]["partitions"][0]["status"]
+        .as_str()
+        .unwrap_or("");
+    (group_status, partition.to_string())
+}
+
+fn wait_statuses(k: &Kroute, group: &str, want: (&str, &str), timeout: Duration) -> Value {
+    wait_for(&format!("{group} to be {want:?}"), timeout, || {
+        let (g, p) = statuses(k, group);
+        (g == want.0 && p == want.1).then(|| burrow(k, group, "lag").1)
+    })
+}
+
+#[test]
+fn a_consumer_falling_behind_is_warn() {
+    let k = lag_kroute();
+    let (topic, group) = (topic("lag-warn-"), unique("g-warn-"));
+    let c = committer(&k, &group);
+    // Each round the producers add 50 and the consumer moves 10: the lag grows at every commit.
+    for round in 1..=5 {
+        produce_seen(&k, &topic, 50);
+        commit(&c, &topic, 10 * round);
+    }
+    let v = wait_statuses(&k, &group, ("WARN", "WARN"), Duration::from_secs(5));
+    let p = &v["status"]["partitions"][0];
+    assert_eq!(p["current_lag"], 200, "{v}");
+    assert_eq!(p["complete"], 1.0, "{v}");
+    let lags: Vec<i64> = [&p["start"], &p["end"]]
+        .iter()
+        .map(|c| c["lag"].as_i64().unwrap_or(-1))
+        .collect();
+    // The first commit came before kroute knew the partition's log end: its lag is unknown
+    // (null), and the rules skip it.
+    assert_eq!(lags, [-1, 200], "{v}");
+    // The metric agrees: WARN is 2.
+    let metric = k.metric("kroute_lag_group_status", &[&format!("group=\"{group}\"")]);
+    assert_eq!(metric, 2.0);
+    k.assert_clean_logs(&[]);
+}
+
+#[test]
+fn a_consumer_that_stops_with_lag_is_stop_and_the_group_err() {
+    let k = lag_kroute();
+    let (topic, group) = (topic("lag-stop-"), unique("g-stop-"));
+    let c = committer(&k, &group);
+    produce_seen(&k, &topic, 100);
+    for offset in [10, 20, 30] {
+        commit(&c, &topic, offset);
+        polls_pass(&k, 2);
+    }
+    let committed_at = Instant::now();
+    // STOP once the silence outlasts the window's span (about 2 s here).
+    let v = wait_statuses(&k, &group, ("ERR", "STOP"), Duration::from_secs(30));
+    assert!(committed_at.elapsed() >= Duration::from_secs(1), "{v}");
+    assert_eq!(v["status"]["totallag"], 70, "{v}");
+    // /status lists the partition that is not OK, with Burrow's fields.
+    let (code, status) = burrow(&k, &group, "status");
+    assert_eq!(code, 200);
+    assert_eq!(status["error"], false);
+    assert_eq!(status["message"], "consumer status returned");
+    assert_eq!(status["status"]["partitions"][0]["end"]["offset"], 30);
+    assert_eq!(status["status"]["maxlag"]["current_lag"], 70);
+    let metric = k.metric("kroute_lag_group_status", &[&format!("group=\"{group}\"")]);
+    assert_eq!(metric, 3.0, "ERR is 3");
+    k.assert_clean_logs(&[]);
+}
+
+#[test]
+fn a_consumer_committing_the_same_offset_while_lag_grows_is_stall() {
+    let k = lag_kroute();
+    let (topic, group) = (topic("lag-stall-"), unique("g-stall-"));
+    let c = committer(&k, &group);
+    for _ in 0..5 {
+        produce_seen(&k, &topic, 20);
+        commit(&c, &topic, 10);
+    }
+    let v = wait_statuses(&k, &group, ("ERR", "STALL"), Duration::from_secs(5));
+    assert_eq!(v["status"]["partitions"][0]["current_lag"], 90, "{v}");
+    k.assert_clean_logs(&[]);
+}
+
+#[test]
+fn offsets_reset_to_earliest_with_the_kafka_tool_are_rewind() {
+    let k = lag_kroute();
+    let (topic, group) = (topic("lag-rewind-"), unique("g-rewind-"));
+    let c = committer(&k, &group);
+    produce_seen(&k, &topic, 100);
+    for offset in [40, 60, 80] {
+        commit(&c, &topic, offset);
+        polls_pass(&k, 1);
+    }
+    drop(c);
+    // Apache Kafka's own tool, through kroute: its OffsetCommit is seen passing.
+    cluster(&[
+        "tool",
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        "--bootstrap-server",
+        &k.bootstrap,
+        "--group",
+        &group,
+        "--topic",
+        &topic,
+        "--reset-offsets",
+        "--to-earliest",
+        "--execute",
+    ]);
+    let v = wait_statuses(&k, &group, ("ERR", "REWIND"), Duration::from_secs(10));
+    assert_eq!(v["status"]["partitions"][0]["end"]["offset"], 0, "{v}");
+    assert!(k.metric("kroute_lag_commits_observed_total", &[]) >= 4.0);
+    k.assert_clean_logs(&[]);
+}
+
+#[test]
+fn an_unknown_group_is_404_notfound_and_the_cluster_is_listed() {
+    let k = lag_kroute();
+    let (code, v) = burrow(&k, "no-such-group-anywhere", "status");
+    assert_eq!(code, 404, "{v}");
+    assert_eq!(v["error"], true);
+    assert_eq!(v["status"]["status"], "NOTFOUND");
+    assert_eq!(
+        v["request"]["url"],
+        "/v3/kafka/local/consumer/no-such-group-anywhere/status"
+    );
+    let (code, body) = http_get(&k.admin, "/v3/kafka").unwrap();
+    assert_eq!(code, 200);
+    let clusters: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(clusters["clusters"], serde_json::json!(["local"]));
+    let (code, _) = http_get(&k.admin, "/v3/kafka/elsewhere/consumer").unwrap();
+    assert_eq!(code, 404);
+    k.assert_clean_logs(&[]);
+}
+
+/// A subscribed consumer that reads everything and commits as it goes, until `stop`.
+fn group_consumer(
+    k: &Kroute,
+    topic: &str,
+    group: &str,
+    client_id: &str,
+    protocol: &str,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &k.bootstrap)
+        .set("group.id", group)
+        .set("client.id", client_id)
+        .set("group.protocol", protocol)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    if protocol == "classic" {
+        config.set("session.timeout.ms", "6000");
+    }
+    let consumer: BaseConsumer = config.create().expect("group consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    // Commits its position once a second, as auto-commit would (every 5 s by default).
+    std::thread::spawn(move || {
+        let mut position: Option<(String, i32, i64)> = None;
+        let mut committed_at = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+                position = Some((m.topic().to_string(), m.partition(), m.offset() + 1));
+            }
+            if committed_at.elapsed() >= Duration::from_secs(1)
+                && let Some((topic, partition, offset)) = &position
+            {
+                let mut tpl = TopicPartitionList::new();
+                let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+                let _ = consumer.commit(&tpl, CommitMode::Sync);
+                committed_at = Instant::now();
+            }
+        }
+        consumer.unsubscribe();
+    })
+}
+
+/// Producers adding a record every 20 ms through kroute until `stop`.
+fn steady_producer(k: &Kroute, topic: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (bootstrap, topic) = (k.bootstrap.clone(), topic.to_string());
+    std::thread::spawn(move || {
+        let how = Produce {
+            partition: Some(0),
+            per_second: Some(50),
+            ..Produce::default()
+        };
+        while !stop.load(Ordering::Relaxed) {
+            produce(&bootstrap, &topic, 25, how);
+        }
+    })
+}
+
+fn keeps_up_and_is_ok(protocol: &str) {
+    let k = lag_kroute();
+    let topic = topic(&format!("lag-ok-{protocol}-"));
+    let group = unique(&format!("g-ok-{protocol}-"));
+    let client_id = format!("lag-test-{protocol}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(&k, &topic, stop.clone());
+    let consumer = group_consumer(&k, &topic, &group, &client_id, protocol, stop.clone());
+    // A window of five commits and the owner known from the group's description.
+    let v = wait_for("an owned, full window", Duration::from_secs(60), || {
+        let (_, v) = burrow(&k, &group, "lag");
+        let p = &v["status"]["partitions"][0];
+        (p["complete"] == 1.0 && p["client_id"] == client_id.as_str()).then_some(v)
+    });
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    consumer.join().unwrap();
+    assert_eq!(v["status"]["status"], "OK", "{v}");
+    let p = &v["status"]["partitions"][0];
+    assert_eq!(p["status"], "OK", "{v}");
+    assert!(
+        p["owner"].as_str().is_some_and(|o| o.contains("127.0.0.1")),
+        "{v}"
+    );
+    let (_, list) = http_get(&k.admin, "/v3/kafka/local/consumer").unwrap();
+    assert!(list.contains(&format!("\"{group}\"")), "{list}");
+    k.assert_clean_logs(&[]);
+}
+
+#[test]
+fn a_classic_group_that_keeps_up_is_ok_with_its_owner() {
+    keeps_up_and_is_ok("classic");
+}
+
+#[test]
+fn a_kip_848_consumer_group_is_judged_with_its_owner() {
+    keeps_up_and_is_ok("consumer");
+}
+
+#[test]
+fn a_paused_consumer_reports_the_pause_as_time_lag() {
+    let k = lag_kroute();
+    let (topic, group) = (topic("lag-time-"), unique("g-time-"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(&k, &topic, stop.clone());
+    let c = committer(&k, &group);
+    // Caught up (committing the log end), then paused while the producer goes on.
+    let end = |k: &Kroute| {
+        let (_, v) = burrow(k, &group, "lag");
+        v["status"]["partitions"][0]["end"]["offset"].as_i64()
+    };
+    polls_pass(&k, 2);
+    let mut paused_at = Instant::now();
+    let mut last = 0;
+    for _ in 0..3 {
+        let (_, high) = c
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .expect("log end");
+        commit(&c, &topic, high);
+        paused_at = Instant::now();
+        last = high;
+        polls_pass(&k, 1);
+    }
+    assert_eq!(end(&k), Some(last));
+    let pause = Duration::from_secs(8);
+    std::thread::sleep(pause.saturating_sub(paused_at.elapsed()));
+    let (_, v) = burrow(&k, &group, "lag");
+    let elapsed = paused_at.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    let seconds = v["status"]["partitions"][0]["time_lag_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no time lag: {v}"));
+    assert!(
+        (seconds - elapsed).abs() <= 0.2 * elapsed,
+        "time lag {seconds:.2} s after a pause of {elapsed:.2} s: {v}"
+    );
+    let metric = k.metric(
+        "kroute_lag_partition_time_lag_seconds",
+        &[&format!("group=\"{group}\"")],
+    );
+    assert!(metric >= seconds * 0.8, "{metric}");
+    k.assert_clean_logs(&[]);
+}
