@@ -4,13 +4,14 @@
 #   cmd        the command line as run, with the BENCH_* / KROUTE_BIN settings that were given
 #   commit     kroute's git commit, marked if src/ differs or the binary was not rebuilt
 #   cpu_model  the CPU, from /proc/cpuinfo
-# It reads $BUILD (1 if the script built kroute) and $KROUTE_BIN.
+# It reads $BUILD (1 if the script built kroute), $KROUTE_BIN and, if set, $IDENTITY_PATHS (more
+# paths whose uncommitted changes mark the commit, e.g. the client example a run used).
 bench_identity() {
   cmd=$1
   local v
   for v in $(compgen -e | grep -E '^(BENCH_|KROUTE_BIN$)' | sort); do cmd="$v=\"${!v}\" $cmd"; done
   commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-  git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || commit="$commit + uncommitted changes"
+  git diff --quiet HEAD -- src Cargo.toml Cargo.lock ${IDENTITY_PATHS:-} 2>/dev/null || commit="$commit + uncommitted changes"
   [ "$BUILD" = 1 ] || commit="$commit (not rebuilt: $KROUTE_BIN of $(date -u -r "$KROUTE_BIN" '+%Y-%m-%d %H:%M UTC'))"
   cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 }

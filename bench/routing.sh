@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Routing of keyless produce batches: the Java client's partitioner vs kroute strict-cost, side by
-# side in one run on the local cluster (scripts/cluster.sh, relayed mode).
+# side in one run on the local cluster (scripts/cluster.sh, relayed mode); with
+# BENCH_CLIENT=librdkafka the same with librdkafka producers (its own partitioner).
 #
 #   bench/routing.sh                full run (defaults below, ~19 minutes on 2 cores)
 #   BENCH_ROUNDS=1 BENCH_SCENARIOS="skew-22-10-4 slow-broker" BENCH_RECORDS=2000 BENCH_SLOW_RECORDS=600 \
@@ -9,6 +10,8 @@
 #   BENCH_IDEMPOTENT=1 bench/routing.sh
 #                                   the same with idempotent producers (the Java default), own
 #                                   output dir, docs section and chart (see BENCH_IDEMPOTENT)
+#   BENCH_CLIENT=librdkafka bench/routing.sh
+#                                   librdkafka producers instead of the Java ones (see BENCH_CLIENT)
 #
 # Scenarios (one fresh topic per scenario x case, RF 3, min.insync.replicas=2, exact leaders via
 # --replica-assignment, followers rotated so they are spread):
@@ -23,6 +26,23 @@
 #   direct-noadaptive  producers -> brokers, partitioner.adaptive.partitioning.enable=false
 #   kroute-strict      producers -> kroute ([routing] strategy strict-cost, include bench-rt-*) -> brokers
 #   kroute-off         producers -> kroute ([routing] strategy off) -> brokers: the hop without routing
+# With BENCH_CLIENT=librdkafka the producers are examples/rdkafka_perf.rs (librdkafka through the
+# rdkafka crate; ProducerPerformance's output format), the cases direct-default (librdkafka's
+# default partitioner: keyless records stick to a random partition for
+# sticky.partitioning.linger.ms, 10 ms; no adaptive variant, so no direct-noadaptive),
+# kroute-strict and kroute-off, and the producer properties mirror the Java producer's:
+#   acks=all linger.ms=5 enable.idempotence=false|true (as above)
+#   batch.size=BENCH_RDKAFKA_BATCH_SIZE [32768], not Java's 16384: both cap one partition's
+#     batch (librdkafka's with the framing), but the Java producer puts the batches of many
+#     partitions into one ProduceRequest and librdkafka (2.12) sends one partition per request,
+#     so 16384 (one 10 KiB record per batch, as with Java) means one 10 KiB record per request and
+#     a client-bound ~5 MB/s per producer, under the cluster's capacity (measured uncapped, direct,
+#     one producer: 16384 4.9-5.7 MB/s, 32768 15.8, 65536 21.4, librdkafka's default 1000000 64);
+#     32768 = at most 3 records of 10 KiB per batch
+#   max.in.flight.requests.per.connection=5 (the Java default; librdkafka's is 1000000, and it
+#     allows at most 5 with idempotence)
+#   queue.buffering.max.kbytes=32768: 32 MiB queued at most, the Java producer's buffer.memory
+#     (librdkafka's default is 1 GiB, which would take a whole max run in one burst)
 # Phases: max throughput (--throughput -1, BENCH_RECORDS records per producer, BENCH_SLOW_RECORDS
 # in slow-broker, where the direct cases are ~4x slower) and a fixed
 # offered load (--throughput BENCH_FIXED_RATE per producer for BENCH_FIXED_SECONDS).
@@ -42,7 +62,10 @@
 # With BENCH_IDEMPOTENT=1 also (kroute's kroute_idempotent_batches_total{outcome} deltas):
 #   - no duplicates at all: the brokers' offsets grew by exactly the records sent
 #   - no producer log names OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or
-#     INVALID_PRODUCER_EPOCH (or their exception classes)
+#     INVALID_PRODUCER_EPOCH (or their exception classes; for librdkafka also their rdkafka names
+#     and librdkafka's texts, e.g. "Broker: Broker received an out of order sequence number"), and
+#     a librdkafka producer never bumped its epoch (statistics epoch_cnt <= 1: librdkafka recovers
+#     from a sequence error silently by taking a new epoch)
 #   - kroute-strict: renumbered grew, no batch was kept for reason `idempotent` (not renumbered),
 #     no producer was refused (kroute_idempotent_producers_refused_total), sequence_error_passed
 #     stayed 0, and batches moved (kroute_batches_moved_total) in unequal and slow-broker layouts
@@ -53,7 +76,16 @@
 # Environment (defaults in brackets):
 #   BENCH_ROUNDS          rounds [2]
 #   BENCH_SCENARIOS       [skew-22-10-4 skew-16-16-4 skew-12-12-12 slow-broker]
-#   BENCH_CASES           [direct-default direct-noadaptive kroute-strict kroute-off]
+#   BENCH_CLIENT          producer client: java (org.apache.kafka.tools.ProducerPerformance) or
+#                         librdkafka (target/release/examples/rdkafka_perf, built with
+#                         BENCH_BUILD=1; RDKAFKA_PERF_BIN to use another); output in
+#                         target/bench-routing-librdkafka/ (-idempotent/ with BENCH_IDEMPOTENT=1),
+#                         docs sections "Routing results: librdkafka producers" / "Routing results:
+#                         librdkafka, idempotent producers", charts
+#                         docs/routing-benchmark-librdkafka{,-idempotent}.png [java]
+#   BENCH_RDKAFKA_BATCH_SIZE  librdkafka's batch.size (see above) [32768]
+#   BENCH_CASES           [direct-default direct-noadaptive kroute-strict kroute-off; with
+#                         BENCH_CLIENT=librdkafka: direct-default kroute-strict kroute-off]
 #   BENCH_PRODUCERS       producer processes per run [2]
 #   BENCH_RECORDS         records per producer per max-throughput run [5000]
 #   BENCH_SLOW_RECORDS    the same in the slow-broker scenario [3500] (both > the producer's 32 MiB
@@ -80,7 +112,8 @@
 #                         target/bench-routing/routing-benchmark.png when BENCH_DOCS=none]
 #   BENCH_ROUTING_EXTRA   extra lines for kroute-strict's [routing] table, e.g.
 #                         "lane_spill_depth = 5", to compare settings side by side [none]
-#   BENCH_BUILD           1 = cargo build --release first [1]
+#   BENCH_BUILD           1 = cargo build --release first (and --example rdkafka_perf with
+#                         BENCH_CLIENT=librdkafka) [1]
 #   KROUTE_BIN            kroute binary [target/release/kroute]
 #   BENCH_IDEMPOTENT      1 = idempotent producers (enable.idempotence=true) and the checks above;
 #                         output in target/bench-routing-idempotent/, docs section "Routing results:
@@ -89,7 +122,8 @@
 #                         target/bench-routing/results-<date>.tsv); the report then compares
 #                         kroute-strict's gains with that run's [none]
 # Raw per-run lines and all logs: target/bench-routing/ (results.tsv, raw/, kroute-*.log),
-# target/bench-routing-idempotent/ with BENCH_IDEMPOTENT=1.
+# target/bench-routing-idempotent/ with BENCH_IDEMPOTENT=1 (-librdkafka in both names with
+# BENCH_CLIENT=librdkafka).
 # Starts the cluster in relayed mode if nothing runs (and stops it at the end only then); refuses
 # to use a cluster running in direct mode. On exit: stops its kroutes, resets the delay of the
 # slow broker to 0, deletes the topics it created.
@@ -99,7 +133,9 @@ REPO=$PWD
 
 ROUNDS=${BENCH_ROUNDS:-2}
 SCENARIOS=(${BENCH_SCENARIOS:-skew-22-10-4 skew-16-16-4 skew-12-12-12 slow-broker})
-CASES=(${BENCH_CASES:-direct-default direct-noadaptive kroute-strict kroute-off})
+CLIENT=${BENCH_CLIENT:-java}
+if [ "$CLIENT" = librdkafka ]; then CASES=(${BENCH_CASES:-direct-default kroute-strict kroute-off})
+else CASES=(${BENCH_CASES:-direct-default direct-noadaptive kroute-strict kroute-off}); fi
 PRODUCERS=${BENCH_PRODUCERS:-2}
 RECORDS=${BENCH_RECORDS:-5000}
 SLOW_RECORDS=${BENCH_SLOW_RECORDS:-3500}
@@ -117,12 +153,15 @@ CAPS=${BENCH_CAPS:-}
 DOCS=${BENCH_DOCS:-docs/benchmarks.md}
 IDEMPOTENT=${BENCH_IDEMPOTENT:-0}
 BASELINE=${BENCH_BASELINE:-}
-if [ "$IDEMPOTENT" = 1 ]; then OUTNAME=bench-routing-idempotent CHARTNAME=routing-benchmark-idempotent.png
-else OUTNAME=bench-routing CHARTNAME=routing-benchmark.png; fi
+if [ "$CLIENT" = librdkafka ]; then SUFFIX=-librdkafka; else SUFFIX=; fi
+if [ "$IDEMPOTENT" = 1 ]; then OUTNAME=bench-routing$SUFFIX-idempotent CHARTNAME=routing-benchmark$SUFFIX-idempotent.png
+else OUTNAME=bench-routing$SUFFIX CHARTNAME=routing-benchmark$SUFFIX.png; fi
 if [ "$DOCS" = none ]; then CHART=${BENCH_CHART:-target/$OUTNAME/$CHARTNAME}
 else CHART=${BENCH_CHART:-docs/$CHARTNAME}; fi
 BUILD=${BENCH_BUILD:-1}
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
+RDKAFKA_PERF_BIN=${RDKAFKA_PERF_BIN:-target/release/examples/rdkafka_perf}
+RDKAFKA_BATCH_SIZE=${BENCH_RDKAFKA_BATCH_SIZE:-32768}
 
 RELAYED_BOOTSTRAP=127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
 # two kroutes, started once for the whole bench (ports distinct from bench/passthrough.sh's)
@@ -138,7 +177,7 @@ TOPIC_PREFIX=bench-rt-$RUN_ID
 say() { echo "bench: $*" >&2; }
 die() { echo "bench: FAILED: $*" >&2; exit 1; }
 
-for v in ROUNDS PRODUCERS RECORDS SLOW_RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS SLOW_BROKER SLOW_MS; do
+for v in ROUNDS PRODUCERS RECORDS SLOW_RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS SLOW_BROKER SLOW_MS RDKAFKA_BATCH_SIZE; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "BENCH_$v must be a non-negative integer (got '${!v}')"
 done
 [ "$ROUNDS" -ge 1 ] && [ "$RECORDS" -ge 1 ] && [ "$SLOW_RECORDS" -ge 1 ] && [ "$FIXED_SECONDS" -ge 1 ] && [ "$PRODUCERS" -ge 1 ] ||
@@ -148,6 +187,7 @@ done
 [[ -z $CAPS || $CAPS =~ ^[0-9.]+/[0-9.]+/[0-9.]+$ ]] || die "BENCH_CAPS must be a/b/c (MB/s per broker)"
 [[ $FIXED_RATE == auto || $FIXED_RATE =~ ^[0-9]+$ ]] || die "BENCH_FIXED_RATE must be auto or records/s per producer"
 [[ $IDEMPOTENT =~ ^[01]$ ]] || die "BENCH_IDEMPOTENT must be 0 or 1"
+[[ $CLIENT == java || $CLIENT == librdkafka ]] || die "BENCH_CLIENT must be java or librdkafka (got '$CLIENT')"
 if [ -n "$BASELINE" ]; then
   [ "$IDEMPOTENT" = 1 ] || die "BENCH_BASELINE needs BENCH_IDEMPOTENT=1"
   [ -f "$BASELINE" ] || die "BENCH_BASELINE: $BASELINE not found"
@@ -160,6 +200,8 @@ for s in "${SCENARIOS[@]}"; do
 done
 for c in "${CASES[@]}"; do
   case $c in direct-default|direct-noadaptive|kroute-strict|kroute-off) ;; *) die "unknown case '$c'" ;; esac
+  [[ $CLIENT == librdkafka && $c == direct-noadaptive ]] &&
+    die "direct-noadaptive is a Java-only case (partitioner.adaptive.partitioning.enable); librdkafka has no adaptive partitioner: drop it from BENCH_CASES"
 done
 if [[ $FIXED_RATE == auto && " $PHASES " == *" fixed "* ]]; then
   [[ " $PHASES " == *" max "* && " ${CASES[*]} " == *" direct-default "* ]] &&
@@ -274,8 +316,22 @@ TOOL_JVM=(java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.pref
 if [ "$BUILD" = 1 ]; then
   say "cargo build --release"
   cargo build --release --quiet || die "cargo build --release failed"
+  if [ "$CLIENT" = librdkafka ]; then
+    # a cargo run of its own: built together, the dev-dependencies' features would change kroute's
+    say "cargo build --release --example rdkafka_perf"
+    cargo build --release --quiet --example rdkafka_perf || die "cargo build --release --example rdkafka_perf failed"
+  fi
 fi
 [ -x "$KROUTE_BIN" ] || die "$KROUTE_BIN not found (cargo build --release)"
+CLIENT_VERSION=
+# librdkafka producers: properties mirroring the Java producer's (see the header)
+RDKAFKA_PROPS=(acks=all linger.ms=5 "batch.size=$RDKAFKA_BATCH_SIZE" max.in.flight.requests.per.connection=5
+  queue.buffering.max.kbytes=32768 "enable.idempotence=$IDEMPOTENCE")
+if [ "$CLIENT" = librdkafka ]; then
+  [ -x "$RDKAFKA_PERF_BIN" ] || die "$RDKAFKA_PERF_BIN not found (cargo build --release --example rdkafka_perf)"
+  CLIENT_VERSION=$("$RDKAFKA_PERF_BIN" --version) || die "$RDKAFKA_PERF_BIN --version failed"
+  say "producers: $RDKAFKA_PERF_BIN ($CLIENT_VERSION), ${RDKAFKA_PROPS[*]}"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # kroutes
@@ -379,9 +435,14 @@ run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRO
   for k in strict off; do scrape "$k" "$RAW/$tag.m0-$k"; done
   local t0 t1; t0=$(date +%s.%N)
   for ((i = 1; i <= PRODUCERS; i++)); do
-    "${PRODUCER_JVM[@]}" --topic "$t" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" \
-      --producer-props "bootstrap.servers=$bootstrap" acks=all "enable.idempotence=$IDEMPOTENCE" \
-      "client.id=kroute-bench-$case-$i" "${props[@]}" >"$RAW/$tag.p$i.log" 2>&1 &
+    if [ "$CLIENT" = librdkafka ]; then
+      "$RDKAFKA_PERF_BIN" "$bootstrap" "$t" "$n" "$RECORD_SIZE" "$tput" "${RDKAFKA_PROPS[@]}" \
+        "client.id=kroute-bench-$case-$i" "${props[@]}" >"$RAW/$tag.p$i.log" 2>&1 &
+    else
+      "${PRODUCER_JVM[@]}" --topic "$t" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" \
+        --producer-props "bootstrap.servers=$bootstrap" acks=all "enable.idempotence=$IDEMPOTENCE" \
+        "client.id=kroute-bench-$case-$i" "${props[@]}" >"$RAW/$tag.p$i.log" 2>&1 &
+    fi
     pids+=($!)
   done
   local failed=0
@@ -398,7 +459,7 @@ run_case() { # PHASE ROUND SCENARIO CASE RECORDS_PER_PRODUCER THROUGHPUT_PER_PRO
   python3 bench/routing_report.py record "$RESULTS" phase="$phase" round="$round" scenario="$scen" \
     case="$case" topic="$t" leaders="${LEADERS[$t]}" records="$n" producers="$PRODUCERS" \
     record_size="$RECORD_SIZE" offered="$tput" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
-    raw="$RAW/$tag" idempotent="$IDEMPOTENT" || die "run $tag invalid (see above)"
+    raw="$RAW/$tag" idempotent="$IDEMPOTENT" client="$CLIENT" || die "run $tag invalid (see above)"
 }
 
 run_phase() { # PHASE RECORDS_PER_PRODUCER SLOW_BROKER_RECORDS_PER_PRODUCER THROUGHPUT_PER_PRODUCER
@@ -449,6 +510,7 @@ cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 
 # shellcheck source=bench/common.sh
 source bench/common.sh
+if [ "$CLIENT" = librdkafka ]; then IDENTITY_PATHS=examples/rdkafka_perf.rs; fi
 bench_identity bench/routing.sh
 layouts=$(for s in "${SCENARIOS[@]}"; do printf '%s=%s;' "$s" "${LAYOUT[$s]}"; done)
 BENCH_META=$(cat <<EOF
@@ -475,6 +537,7 @@ topic_prefix=$TOPIC_PREFIX
 idempotent=$IDEMPOTENT
 baseline=$BASELINE
 routing_extra=$(tr '\n' ';' <<<"${BENCH_ROUTING_EXTRA:-}")
+$(if [ "$CLIENT" = librdkafka ]; then printf 'client=%s\nclient_version=%s\nclient_props=%s\n' "$CLIENT" "$CLIENT_VERSION" "${RDKAFKA_PROPS[*]}"; fi)
 EOF
 )
 export BENCH_META

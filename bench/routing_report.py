@@ -17,6 +17,9 @@ producers: record also checks kroute's kroute_idempotent_batches_total and the p
 for sequence errors and adds their counts to the results, and report writes its own section
 (between the bench/routing.sh idempotent markers), with those counts and, given
 baseline=RESULTS.tsv of a non-idempotent run in BENCH_META, a comparison of the gains.
+With client=librdkafka (record: an argument; report: in BENCH_META, with client_version and
+client_props), the producers were examples/rdkafka_perf.rs: its statistics line is read for
+retries and epoch bumps, and the report names librdkafka and writes its own sections and chart.
 """
 import csv
 import json
@@ -36,6 +39,13 @@ END = "<!-- bench/routing.sh results: end -->"
 I_START = "<!-- bench/routing.sh idempotent results: start (generated, replaced on every run) -->"
 I_END = "<!-- bench/routing.sh idempotent results: end -->"
 I_HEADING = "## Routing results: idempotent producers"
+# BENCH_CLIENT=librdkafka: sections of their own
+R_START = "<!-- bench/routing.sh librdkafka results: start (generated, replaced on every run) -->"
+R_END = "<!-- bench/routing.sh librdkafka results: end -->"
+R_HEADING = "## Routing results: librdkafka producers"
+RI_START = "<!-- bench/routing.sh librdkafka idempotent results: start (generated, replaced on every run) -->"
+RI_END = "<!-- bench/routing.sh librdkafka idempotent results: end -->"
+RI_HEADING = "## Routing results: librdkafka, idempotent producers"
 
 # goals from the issue
 G_SLOW_TPUT = 1.3  # slow broker: kroute-strict >= 1.3x direct-default aggregate throughput
@@ -70,6 +80,16 @@ SEQ_ERRORS = re.compile(
     r"|UnknownProducerId|InvalidProducerEpoch")
 # the Java producer's warning for a retried batch ("... retrying (N attempts left). Error: X")
 RETRY = re.compile(r"retrying \(\d+ attempts left\)\. Error: ([A-Z_]+)")
+# librdkafka (examples/rdkafka_perf.rs): the same errors by their protocol names, their rdkafka
+# names (RDKafkaErrorCode, e.g. "OutOfOrderSequenceNumber (Broker: Broker received an out of
+# order sequence number)") and librdkafka's own texts, including its idempotence failures
+RD_SEQ_ERRORS = re.compile(
+    SEQ_ERRORS.pattern
+    + r"|out of order sequence number|Unknown Producer Id|operation with an old epoch"
+    r"|sequence desynchroni[sz]ation|skipped sequence numbers|rewound sequence|Gap-less ordering"
+    r"|GaplessGuarantee|GAPLESS_GUARANTEE", re.IGNORECASE)
+# rdkafka_perf's last stderr line: librdkafka's statistics at the end, summed over the brokers
+RD_STATS = re.compile(r"statistics: txretries=(\d+) txerrs=(\d+) req_timeouts=(\d+) epoch_cnt=(-?\d+)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +161,7 @@ def record(path, args):
     n, producers, size = int(a["records"]), int(a["producers"]), int(a["record_size"])
     leaders = [int(x) for x in a["leaders"].split(",")]
     idem = a.get("idempotent", "0") == "1"
+    rdk = a.get("client", "java") == "librdkafka"
 
     # producers
     finals = []
@@ -148,19 +169,28 @@ def record(path, args):
     for i in range(1, producers + 1):
         log = f"{raw}.p{i}.log"
         text = open(log, errors="replace").read()
+        st = RD_STATS.findall(text) if rdk else []
+        if rdk and not st:
+            fail(f"no rdkafka_perf statistics line in {log}")
         if idem:
-            bad = [l for l in text.splitlines() if SEQ_ERRORS.search(l)]
+            bad = [l for l in text.splitlines() if (RD_SEQ_ERRORS if rdk else SEQ_ERRORS).search(l)]
             if bad:
                 fail(f"producer {i} got {len(bad)} sequence/producer-id error line(s) ({log}):\n  " + "\n  ".join(bad[:5]))
+            if rdk and int(st[-1][3]) > 1:
+                fail(f"producer {i} got {st[-1][3]} producer id/epoch assignments (librdkafka bumped its epoch "
+                     f"after a sequence or producer-id error; epoch_cnt in {log})")
             for e in RETRY.findall(text):
                 retries[e] = retries.get(e, 0) + 1
+            if rdk and int(st[-1][0]):
+                # librdkafka names no error per retry at warning level: its request retry count
+                retries["txretries"] = retries.get("txretries", 0) + int(st[-1][0])
         if re.search(r"Exception|ERROR", text):
             bad = [l for l in text.splitlines() if re.search(r"Exception|ERROR", l)][:5]
             fail(f"producer {i} reported errors ({log}):\n  " + "\n  ".join(bad))
         lines = [FINAL.match(l.strip()) for l in text.splitlines()]
         lines = [m for m in lines if m]
         if not lines:
-            fail(f"no final ProducerPerformance line in {log}")
+            fail(f"no final {'rdkafka_perf' if rdk else 'ProducerPerformance'} line in {log}")
         m = lines[-1]
         sent = int(m.group(1))
         if sent != n:
@@ -505,14 +535,22 @@ def evidence(rows, meta):
     return "\n".join(out)
 
 
-def idempotent_path(summ):
+def idempotent_path(summ, meta=None):
     """What kroute did with the idempotent batches, per scenario, phase and case (sums over rounds)."""
+    if (meta or {}).get("client") == "librdkafka":
+        who = ("librdkafka's request retries (`txretries` of its statistics, summed over the brokers: "
+               "librdkafka logs no error per retry)")
+        also = (" (by their protocol or rdkafka names or librdkafka's texts), and any epoch bump "
+                "(librdkafka's statistics `epoch_cnt` > 1: it recovers from a sequence error by taking a new epoch)")
+    else:
+        who, also = "the Java producer's \"retrying ... Error: X\" warnings", ""
+    per_batch = ("librdkafka's batches hold up to batch.size (see the properties above), several records"
+                 if (meta or {}).get("client") == "librdkafka" else "one 10 KiB record per batch, so batches = records")
     out = ["**The idempotent path** (`kroute_idempotent_batches_total{outcome}` of the case's kroute, summed over "
-           "rounds; one 10 KiB record per batch, so batches = records; producer retries = the Java "
-           "producer's \"retrying ... Error: X\" warnings; the run fails on any duplicate, any "
-           "`sequence_error_passed`, and any OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or "
-           "INVALID_PRODUCER_EPOCH in a producer's log; waited = batches that waited in kroute for a "
-           "partition, joined = batches that went out joined behind another one)", ""]
+           f"rounds; {per_batch}; producer retries = {who}; the run "
+           "fails on any duplicate, any `sequence_error_passed`, and any OUT_OF_ORDER_SEQUENCE_NUMBER, "
+           f"UNKNOWN_PRODUCER_ID or INVALID_PRODUCER_EPOCH in a producer's log{also}; waited = batches that "
+           "waited in kroute for a partition, joined = batches that went out joined behind another one)", ""]
     out.append("| scenario | phase | case | records sent | duplicates | renumbered | resent | answered from memory | busy | sequence_error_hidden | sequence_error_passed | waited | joined | producer retries (error: count) |")
     out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     tot = {}
@@ -646,8 +684,9 @@ def chart(summ, path, meta):
         ax.tick_params(axis="y", labelsize=7)
         if j == 0:
             ax.set_ylabel("vs direct-default", fontsize=8)
+    partitioner = "librdkafka's partitioner" if meta.get("client") == "librdkafka" else "the Java partitioner"
     fig.suptitle(
-        f"kroute strict-cost vs the Java partitioner\n{meta.get('date', '')}, {meta.get('producers', '2')} producers, "
+        f"kroute strict-cost vs {partitioner}\n{meta.get('date', '')}, {meta.get('producers', '2')} producers, "
         f"{float(meta.get('record_size', '10240')) / 1024:.0f} KiB keyless records\nacks=all, "
         f"{'idempotent producers' if meta.get('idempotent') == '1' else 'no idempotence'}; "
         f"medians of {meta.get('rounds', '?')} round(s)", fontsize=7)
@@ -671,6 +710,7 @@ def chart(summ, path, meta):
 def report(rows, chart_path, docs_path):
     m = META
     idem = m.get("idempotent") == "1"
+    rdk = m.get("client") == "librdkafka"
     summ = summarize(rows)
     parts = [f"### Run of {m.get('date', '?')}", "", "```", m.get("command", "bench/routing.sh"), "```", ""]
     parts.append(
@@ -681,10 +721,17 @@ def report(rows, chart_path, docs_path):
         f"- kroute {m.get('kroute', '?')}, release build; Apache Kafka {m.get('kafka', '?')} (1 controller + 3 "
         f"brokers, scripts/cluster.sh relayed mode); {m.get('java', '?')}"
     )
+    if rdk:
+        parts.append(
+            f"- producers: **librdkafka** ({m.get('client_version', '?')}, examples/rdkafka_perf.rs; its default "
+            "partitioner, sticky per `sticky.partitioning.linger.ms`), properties mirroring the Java producer's: "
+            f"{m.get('client_props', '?')}; direct-default = librdkafka straight to the brokers"
+        )
     parts.append(
         f"- {m.get('rounds', '?')} round(s), cases in rotating order; {m.get('producers', '?')} producers per run, "
         f"{m.get('record_size', '?')} B keyless records, acks=all, "
-        + ("enable.idempotence=true (max.in.flight.requests.per.connection 5, the default)" if idem else "enable.idempotence=false")
+        + ("enable.idempotence=true (max.in.flight.requests.per.connection 5" + (")" if rdk else ", the default)")
+           if idem else "enable.idempotence=false")
         + (f", {m.get('producer_props')}" if m.get("producer_props") else "")
         + "; max: "
         f"{m.get('records', '?')} records per producer ({m.get('slow_records', '?')} in slow-broker); fixed: {m.get('fixed_rate', '?')} records/s per producer "
@@ -699,13 +746,14 @@ def report(rows, chart_path, docs_path):
     if chart_path != "none":
         if chart(summ, chart_path, m):
             rel = os.path.relpath(chart_path, os.path.dirname(docs_path) or ".") if docs_path != "none" else chart_path
-            parts.append(f"![routing benchmark{', idempotent producers' if idem else ''}]({rel})")
+            who = ", librdkafka" if rdk else ""
+            parts.append(f"![routing benchmark{who}{', idempotent producers' if idem else ''}]({rel})")
             parts.append("")
     parts.append(goals(summ, m))
     if idem:
         if m.get("baseline"):
             parts.append(baseline_comparison(summ, m["baseline"]))
-        parts.append(idempotent_path(summ))
+        parts.append(idempotent_path(summ, m))
     for (s, ph), d in summ.items():
         parts.append(table(s, ph, d, m))
     parts.append(evidence(rows, m))
@@ -713,10 +761,11 @@ def report(rows, chart_path, docs_path):
 
 
 def write_docs(path, text):
+    rdk = META.get("client") == "librdkafka"
     if META.get("idempotent") == "1":
-        replace_section(path, I_START, I_END, text, I_HEADING)
+        replace_section(path, *((RI_START, RI_END) if rdk else (I_START, I_END)), text, RI_HEADING if rdk else I_HEADING)
     else:
-        replace_section(path, START, END, text, "## Routing results")
+        replace_section(path, *((R_START, R_END) if rdk else (START, END)), text, R_HEADING if rdk else "## Routing results")
 
 META = {}
 
