@@ -39,7 +39,7 @@ use super::place::{Place, Placement, TopicChoice};
 use super::replies::Shape;
 use super::request_joins::PlanJoin;
 use super::send::{AnswerTo, Links, Request, count_numbered, destination_without};
-use super::waiting::{WAIT_AT_MOST, Waiter, release_at};
+use super::waiting::{Waiter, release_at, wait_limit};
 use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::{PartitionEntry, TopicEntry};
@@ -332,7 +332,7 @@ impl<'a> Planner<'a> {
             movable,
             home: self.home,
             shape: self.shape.clone(),
-            deadline: self.now + WAIT_AT_MOST,
+            deadline: self.now + wait_limit(self.shape.timeout_ms),
             reply,
         });
         self.proxy.metrics.sequencing.waited.increment(1);
@@ -533,7 +533,8 @@ impl<'a> Planner<'a> {
             });
         }
         if !self.waiting.is_empty() {
-            release_at(self.proxy.clone(), owner.clone(), self.now + WAIT_AT_MOST);
+            let deadline = self.now + wait_limit(self.shape.timeout_ms);
+            release_at(self.proxy.clone(), owner.clone(), deadline);
         }
         for answer in self.waiting {
             parts.push(Part {

@@ -591,7 +591,7 @@ async fn a_waiting_batch_is_answered_retriable_at_its_deadline_and_later_ones_fo
         let answer = s.parts[0].sent.take().unwrap();
         waiting.push((s.merge.unwrap(), answer));
     }
-    let late = Instant::now() + super::waiting::WAIT_AT_MOST + Duration::from_millis(1);
+    let late = Instant::now() + super::waiting::wait_limit(i32::MAX) + Duration::from_millis(1);
     let mut unsent = Vec::new();
     super::waiting::release(&p, &owner, &mut owner.lock(), late, &mut unsent);
     for (merge, answer) in waiting {

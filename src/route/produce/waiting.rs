@@ -38,13 +38,28 @@ use crate::route::producers::{OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::upstream::{PendingReply, Reply};
 
-/// How long a batch waits for a partition to take it before kroute answers REQUEST_TIMED_OUT.
-/// Lanes free up within one answer of a broker; a wait this long means every lane is stuck
-/// behind slow or failing brokers, and the client's own retry is then as good as waiting.
-pub const WAIT_AT_MOST: Duration = Duration::from_millis(500);
+/// How long a batch waits at most for a partition to take it before kroute answers
+/// REQUEST_TIMED_OUT (and never longer than half the request's own `timeout_ms`, see
+/// [`wait_limit`]). Lanes free up within one answer of a broker, but at full load, with the
+/// brokers' links saturated, an answer takes seconds: a wait this long means every lane is stuck
+/// behind slow or failing brokers. Giving up early is costly: the client retries the batch only
+/// after its backoff, and every later batch of that partition is answered "not now" behind it
+/// (500 ms here cost 2-3% of the batches and a quarter of the throughput at full load in
+/// bench/routing.sh's 16/16/4 layout).
+pub const WAIT_AT_MOST: Duration = Duration::from_secs(5);
 
-/// Batches one producer may have waiting; beyond that they are answered REQUEST_TIMED_OUT.
-const MAX_WAITING: usize = 256;
+/// Batches one producer may have waiting; beyond that they are answered REQUEST_TIMED_OUT. A
+/// Java producer at full load has a few hundred batches in flight (32 MiB of buffer, 5
+/// requests per connection); the bound keeps a runaway client from queueing without end.
+const MAX_WAITING: usize = 1024;
+
+/// How long a batch of a request with `timeout_ms` may wait: [`WAIT_AT_MOST`], or half the time
+/// the client gave the brokers to answer if that is shorter, so the client hears back before it
+/// gives up on the request itself.
+pub fn wait_limit(timeout_ms: i32) -> Duration {
+    let half = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0) / 2);
+    WAIT_AT_MOST.min(half.max(Duration::from_millis(100)))
+}
 
 /// One batch waiting to be numbered.
 pub struct Waiter {
@@ -412,4 +427,17 @@ fn answer(w: Waiter, error: i16) {
     let _ = w
         .reply
         .send(Ok(local_answer(&w.shape, &w.topic, w.key.partition, error)));
+}
+
+#[cfg(test)]
+mod wait_limit_tests {
+    use super::*;
+
+    #[test]
+    fn waits_at_most_five_seconds_or_half_the_requests_timeout() {
+        assert_eq!(wait_limit(30_000), WAIT_AT_MOST);
+        assert_eq!(wait_limit(4_000), Duration::from_secs(2));
+        assert_eq!(wait_limit(0), Duration::from_millis(100));
+        assert_eq!(wait_limit(-1), Duration::from_millis(100));
+    }
 }
