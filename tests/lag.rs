@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::librdkafka::{Produce, produce};
-use common::{Kroute, KrouteOptions, cluster, create_topic, http_get, unique, wait_for};
+use common::prometheus::promtool;
+use common::{Kroute, KrouteOptions, cluster, create_topic, http_get, repo_root, unique, wait_for};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::Value;
@@ -145,6 +146,13 @@ fn a_consumer_that_stops_with_lag_is_stop_and_the_group_err() {
     assert_eq!(status["status"]["maxlag"]["current_lag"], 70);
     let metric = k.metric("kroute_lag_group_status", &[&format!("group=\"{group}\"")]);
     assert_eq!(metric, 3.0, "ERR is 3");
+    // The rendered series pass Prometheus' own checks next to the registered ones.
+    let text = k.metrics();
+    let (ok, out) = promtool(&repo_root(), &["check", "metrics"], Some(&text));
+    assert!(
+        ok && out.trim().is_empty(),
+        "promtool check metrics:\n{out}"
+    );
     k.assert_clean_logs(&[]);
 }
 

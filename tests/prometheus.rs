@@ -23,6 +23,10 @@ const EVENT_ONLY: &[&str] = &[
     "kroute_tls_reloads_total",
     // a client tried SASL on a kroute that authenticates upstream itself
     "kroute_client_sasl_refused_total",
+    // per consumer group: this test runs no consumer group
+    "kroute_lag_group_status",
+    "kroute_lag_group_messages",
+    "kroute_lag_group_time_lag_seconds",
 ];
 
 fn read(path: &str) -> String {
@@ -244,7 +248,8 @@ fn tls_kroute() -> TlsKroute {
     let kroute = Kroute::start_with(KrouteOptions {
         extra_toml: format!(
             "[listen.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\n\
-             [routing]\nstrategy = \"strict-cost\"\ninclude = [\"prom-*\"]\n",
+             [routing]\nstrategy = \"strict-cost\"\ninclude = [\"prom-*\"]\n\n\
+             [lag]\nenabled = true\npoll_interval_ms = 1000\n",
             cert.display(),
             key.display()
         ),

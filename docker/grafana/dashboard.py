@@ -305,6 +305,28 @@ def build():
         w=24,
     )
 
+    d.row("Consumer lag ([lag] enabled)")
+    d.timeseries(
+        "Consumer group status",
+        "Burrow's verdict per group (kroute_lag_group_status): 1 OK, 2 WARN (falling behind), "
+        "3 ERR (a partition stopped, stalled or rewound); docs/lag.md.",
+        "none",
+        [(f"max by (group) (kroute_lag_group_status{{{SEL}}})", "{{group}}")],
+    )
+    d.timeseries(
+        "Consumer group lag",
+        "Per group: messages not yet consumed (kroute_lag_group_messages, Burrow's totallag) "
+        "and, on the right-hand scale, how old the oldest unread message is.",
+        "short",
+        [
+            (f"max by (group) (kroute_lag_group_messages{{{SEL}}})", "{{group}} messages"),
+            (
+                f"max by (group) (kroute_lag_group_time_lag_seconds{{{SEL}}})",
+                "{{group}} seconds",
+            ),
+        ],
+    )
+
     d.row("Connections")
     d.timeseries(
         "Client connections",
