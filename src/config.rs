@@ -501,6 +501,15 @@ impl Config {
         self.lag
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
+        let passthrough_only = self.upstream.sasl.as_ref().is_some_and(|s| {
+            s.mode == crate::config::SaslMode::Passthrough && s.mechanism.is_none()
+        });
+        if self.lag.enabled && passthrough_only {
+            return Err(invalid(
+                "lag.enabled",
+                "lag polls the cluster over kroute's own connections, which need kroute's credentials: set upstream.sasl.mechanism and its credentials (passthrough mode keeps clients' own logins)".into(),
+            ));
+        }
         if self.upstream.bootstrap_servers.is_empty() {
             return Err(invalid(
                 "upstream.bootstrap_servers",
@@ -649,6 +658,29 @@ mod tests {
     use super::*;
 
     const MINIMAL: &str = "[upstream]\nbootstrap_servers = [\"127.0.0.1:19092\"]\n";
+
+    #[test]
+    fn lag_section_is_read_and_needs_kroutes_own_credentials() {
+        let c = Config::parse(
+            &format!("{MINIMAL}\n[lag]\nenabled = true\nintervals = 10\n"),
+            "t",
+        )
+        .unwrap();
+        assert!(c.lag.enabled);
+        assert_eq!(c.lag.intervals, 10);
+        let passthrough = format!(
+            "{MINIMAL}\n[upstream.sasl]\nmode = \"passthrough\"\n\n[lag]\nenabled = true\n"
+        );
+        match Config::parse(&passthrough, "t") {
+            Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "lag.enabled"),
+            other => panic!("expected lag.enabled to be refused, got {other:?}"),
+        }
+        let bad = format!("{MINIMAL}\n[lag]\nintervals = 0\n");
+        match Config::parse(&bad, "t") {
+            Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "lag.intervals"),
+            other => panic!("expected lag.intervals to be refused, got {other:?}"),
+        }
+    }
 
     #[test]
     fn minimal_config_takes_defaults() {
