@@ -206,7 +206,9 @@ fn an_unknown_group_is_404_notfound_and_the_cluster_is_listed() {
     let k = lag_kroute();
     let (code, v) = burrow(&k, "no-such-group-anywhere", "status");
     assert_eq!(code, 404, "{v}");
-    assert_eq!(v["error"], true);
+    // Burrow's own shape: 404, but "error": false and the usual message.
+    assert_eq!(v["error"], false);
+    assert_eq!(v["message"], "consumer status returned");
     assert_eq!(v["status"]["status"], "NOTFOUND");
     assert_eq!(
         v["request"]["url"],

@@ -9,8 +9,8 @@
 //! - `GET /v3/kafka/{cluster}/consumer/{group}/lag`: the verdict with every partition.
 //!
 //! Shapes and messages are Burrow 1.9's (`core/protocol/evaluator.go`, `httpserver/`). An
-//! unknown cluster or group is Burrow's 404 `{"error":true,...}`; for a group the body also
-//! carries the NOTFOUND status. kroute adds one field Burrow does not have,
+//! unknown group is Burrow's 404 with `"error":false` and a NOTFOUND status; an unknown cluster
+//! in the cluster paths is a 404 `{"error":true,...}`. kroute adds one field Burrow does not have,
 //! `time_lag_seconds` (null while unknown), to each partition and to the status.
 
 use std::sync::Arc;
@@ -101,9 +101,11 @@ fn verdict(lag: &LagStore, cluster: &str, group: &str, every: bool, path: &str) 
         .then(|| lag.status(group, now_ms()))
         .flatten();
     let Some(status) = found else {
+        // Burrow's own answer: status 404, yet `"error": false` and the usual message, with a
+        // NOTFOUND status (httpserver/coordinator.go, checked against Burrow 1.9.5).
         let body = json!({
-            "error": true,
-            "message": "cluster or consumer not found",
+            "error": false,
+            "message": "consumer status returned",
             "status": group_json(cluster, group, &GroupStatus::not_found(), every),
         });
         return reply(StatusCode::NOT_FOUND, body, path);
