@@ -161,9 +161,22 @@ fn recode<T: Decodable + Encodable>(
     if !pass.changed {
         return Ok(None);
     }
-    let mut out = BytesMut::with_capacity(message.compute_size(version)?);
+    encode_checked(&message, version).map(Some)
+}
+
+/// Encodes `message`, refusing output that would not decode. kafka-protocol 0.18 counts every
+/// unknown tagged field it decoded but writes only those with a tag below 2^31 (it keeps tags as
+/// i32): a body carrying a larger tag would go out with a count its bytes do not hold, and the
+/// client would fail on it. Such a body is an error, as one kroute cannot decode is.
+pub(crate) fn encode_checked<T: Encodable>(message: &T, version: i16) -> anyhow::Result<Bytes> {
+    let size = message.compute_size(version)?;
+    let mut out = BytesMut::with_capacity(size);
     message.encode(&mut out, version)?;
-    Ok(Some(out.freeze()))
+    anyhow::ensure!(
+        out.len() == size,
+        "response has a tagged field kroute cannot re-encode (tag above 2^31)"
+    );
+    Ok(out.freeze())
 }
 
 /// Rewrites the body of a response to `api_key`/`version`. `None` means forward it unchanged.
@@ -410,6 +423,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Found by the rewrite_find_coordinator and rewrite_describe_cluster fuzz targets: a
+    /// tagged field numbered 2^31 or above was counted but not written back, so the rewritten
+    /// response did not decode.
+    #[test]
+    fn a_tag_kafka_protocol_cannot_write_back_is_an_error_not_a_broken_answer() {
+        let resp = FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(2))
+            .with_host(StrBytes::from_static_str("10.0.0.2"))
+            .with_port(19093);
+        let mut body = encode(&resp, 3).to_vec();
+        assert_eq!(body.pop(), Some(0), "no tagged fields");
+        // One tagged field: tag 2^31 (a 5-byte varint), two bytes of data.
+        body.extend_from_slice(&[1, 0x80, 0x80, 0x80, 0x80, 0x08, 2, 0xaa, 0xbb]);
+        let body = Bytes::from(body);
+        assert!(FindCoordinatorResponse::decode(&mut body.clone(), 3).is_ok());
+        let err = rewrite_response(10, 3, &body, &map(), &mut Observed::default()).unwrap_err();
+        assert!(err.to_string().contains("tagged field"), "{err}");
+        // Below 2^31 the unknown field is written back and the answer decodes.
+        let mut fine = body.to_vec();
+        fine.splice(fine.len() - 8..fine.len() - 3, [0x7f]);
+        let out = rewrite_response(10, 3, &Bytes::from(fine), &map(), &mut Observed::default())
+            .unwrap()
+            .unwrap();
+        let back = FindCoordinatorResponse::decode(&mut out.clone(), 3).unwrap();
+        assert_eq!(back.port, 9102);
+        assert_eq!(back.unknown_tagged_fields.len(), 1);
     }
 
     #[test]

@@ -53,9 +53,7 @@ pub fn clamp_api_versions(body: &Bytes, version: i16) -> anyhow::Result<Option<B
             api.max_version = api.max_version.min(ours).max(api.min_version);
         }
     }
-    let mut out = BytesMut::with_capacity(response.compute_size(version)?);
-    response.encode(&mut out, version)?;
-    Ok(Some(out.freeze()))
+    crate::rewrite::encode_checked(&response, version).map(Some)
 }
 
 /// The body kroute answers itself when a client asks for an ApiVersions version it cannot
@@ -151,6 +149,24 @@ mod tests {
                 vec![(0, 0, 12), (3, 0, 13), (9999, 2, 7), (11, 0, 9)]
             );
         }
+    }
+
+    /// Found by the api_versions_clamp fuzz target: a tagged field numbered 2^31 or above was
+    /// counted but not written back (see `rewrite::encode_checked`).
+    #[test]
+    fn a_tag_that_cannot_be_written_back_is_an_error() {
+        let broker = ApiVersionsResponse::default().with_api_keys(vec![
+            ApiVersion::default()
+                .with_api_key(3)
+                .with_min_version(0)
+                .with_max_version(99),
+        ]);
+        let mut body = encode(&broker, 3).to_vec();
+        assert_eq!(body.pop(), Some(0), "no tagged fields");
+        body.extend_from_slice(&[1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0]);
+        let body = Bytes::from(body);
+        assert!(ApiVersionsResponse::decode(&mut body.clone(), 3).is_ok());
+        assert!(clamp_api_versions(&body, 3).is_err());
     }
 
     #[test]
