@@ -31,6 +31,11 @@ pub struct CommitRequest {
 const WHAT: &str = "offset commit request";
 const ANSWER: &str = "offset commit response";
 
+/// Kafka's longest topic name (`Topic.MAX_NAME_LENGTH`, ASCII characters). A longer name is
+/// malformed: each partition entry carries its own copy of its topic's name, so a name this
+/// reader accepted at any length would let a request of a few KiB cost megabytes.
+pub const MAX_TOPIC_NAME: usize = 249;
+
 /// The first version kroute reads, and the newest it knows.
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 2..=10;
 
@@ -135,8 +140,11 @@ fn topic_ref(
         id.copy_from_slice(r.take(16, what)?);
         return Ok(TopicRef::Id(id));
     }
-    let name = r.nullable_string(version >= 8, what)?;
-    Ok(TopicRef::Name(name.ok_or(Malformed { what })?.to_owned()))
+    let name = r
+        .nullable_string(version >= 8, what)?
+        .filter(|n| n.len() <= MAX_TOPIC_NAME)
+        .ok_or(Malformed { what })?;
+    Ok(TopicRef::Name(name.to_owned()))
 }
 
 #[cfg(test)]
@@ -233,6 +241,53 @@ mod tests {
                 "v{version}"
             );
         }
+    }
+
+    /// A commit of many partitions of one topic with a 32 767-byte name: 64 KiB of request
+    /// held 2 000 copies of the name (64 MiB) before names were capped at Kafka's 249.
+    #[test]
+    fn topic_names_longer_than_kafka_allows_are_malformed() {
+        let commit = |name: &str, partitions: i32| {
+            let body = OffsetCommitRequest::default()
+                .with_group_id(StrBytes::from_static_str("g").into())
+                .with_topics(vec![
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(name.into())))
+                        .with_partitions(
+                            (0..partitions)
+                                .map(|p| {
+                                    OffsetCommitRequestPartition::default().with_partition_index(p)
+                                })
+                                .collect(),
+                        ),
+                ]);
+            let header = RequestHeader::default()
+                .with_request_api_key(ApiKey::OffsetCommit as i16)
+                .with_request_api_version(2);
+            let mut out = BytesMut::new();
+            header.encode(&mut out, 1).unwrap();
+            body.encode(&mut out, 2).unwrap();
+            out.to_vec()
+        };
+        let longest = "t".repeat(MAX_TOPIC_NAME);
+        let read = read_request(&commit(&longest, 3), 2).unwrap();
+        assert_eq!(read.offsets.len(), 3);
+        assert!(read_request(&commit(&"t".repeat(MAX_TOPIC_NAME + 1), 3), 2).is_err());
+        let bloated = commit(&"t".repeat(i16::MAX as usize), 2_000);
+        assert!(bloated.len() < 64 * 1024);
+        assert!(read_request(&bloated, 2).is_err());
+        // The answer's names are capped the same way.
+        let mut answer = BytesMut::new();
+        answer.put_i32(7);
+        OffsetCommitResponse::default()
+            .with_topics(vec![
+                OffsetCommitResponseTopic::default()
+                    .with_name(TopicName(StrBytes::from_string("t".repeat(300))))
+                    .with_partitions(vec![OffsetCommitResponsePartition::default()]),
+            ])
+            .encode(&mut answer, 2)
+            .unwrap();
+        assert!(read_response(&answer, 2).is_err());
     }
 
     #[test]

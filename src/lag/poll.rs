@@ -89,15 +89,19 @@ fn assigned(bytes: bytes::Bytes) -> Vec<TopicPartition> {
     read_assignment(&bytes).unwrap_or_default()
 }
 
-fn read_assignment(bytes: &[u8]) -> Result<Vec<TopicPartition>, Malformed> {
+/// The partitions of a consumer-protocol assignment, each count checked against the bytes
+/// present (public for the fuzz targets).
+pub fn read_assignment(bytes: &[u8]) -> Result<Vec<TopicPartition>, Malformed> {
     const WHAT: &str = "consumer protocol assignment";
     let mut r = WireReader::new(bytes);
     r.i16(WHAT)?; // version
     let mut out = Vec::new();
     // A topic takes at least its name length and its partition count.
     for _ in 0..r.array_len(false, 6, WHAT)?.unwrap_or(0) {
+        // Each partition gets its own copy of the name: capped at Kafka's longest.
         let topic = r
             .nullable_string(false, WHAT)?
+            .filter(|t| t.len() <= super::offset_commit::MAX_TOPIC_NAME)
             .ok_or(Malformed { what: WHAT })?;
         for _ in 0..r.array_len(false, 4, WHAT)?.unwrap_or(0) {
             out.push((topic.to_owned(), r.i32(WHAT)?));
@@ -280,5 +284,26 @@ mod tests {
         // A count far beyond the bytes present is refused, not allocated.
         assert!(assigned(bytes::Bytes::from_static(b"\x00\x00\x7f\xff\xff\xff")).is_empty());
         assert!(assigned(bytes::Bytes::new()).is_empty());
+    }
+
+    /// 16 KiB of assignment naming a 16 000-byte topic with 100 partitions held 1.6 MB of
+    /// copies of the name before names were capped at Kafka's 249 bytes.
+    #[test]
+    fn topic_names_longer_than_kafka_allows_are_refused() {
+        let bytes = |name: &str, partitions: i32| {
+            let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+                Assigned::default()
+                    .with_topic(topic_name(name))
+                    .with_partitions((0..partitions).collect()),
+            ]);
+            let mut out = BytesMut::new();
+            out.put_i16(0);
+            assignment.encode(&mut out, 0).unwrap();
+            out.freeze()
+        };
+        let longest = "t".repeat(super::super::offset_commit::MAX_TOPIC_NAME);
+        assert_eq!(read_assignment(&bytes(&longest, 2)).unwrap().len(), 2);
+        assert!(read_assignment(&bytes(&format!("{longest}t"), 2)).is_err());
+        assert!(read_assignment(&bytes(&"t".repeat(16_000), 100)).is_err());
     }
 }
