@@ -22,9 +22,17 @@ pub struct InspectBudget {
 
 impl InspectBudget {
     pub fn per_request() -> Self {
-        Self {
-            remaining: MAX_INSPECT_BYTES_PER_REQUEST,
-        }
+        Self::with_limit(MAX_INSPECT_BYTES_PER_REQUEST)
+    }
+
+    /// An allowance of `bytes` decompressed bytes (the fuzz targets use small ones).
+    pub fn with_limit(bytes: u64) -> Self {
+        Self { remaining: bytes }
+    }
+
+    /// Decompressed bytes still allowed.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
     }
 }
 
