@@ -63,8 +63,10 @@ for target in "${targets[@]}"; do
     failed+=("$target")
     continue
   fi
-  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$scratch/$target.log" \
-    | tr '\n' ' ' | sed 's/$/\n/'
+  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$scratch/$target.log" \
+    | tr -s ' \n' ' '
+  echo
+  grep '^note:' "$scratch/$target.log" || true
 done
 
 end=$(date +%s)

@@ -210,6 +210,33 @@ fn seeds_requests() {
     let mut frame = enc(&header, ApiKey::ApiVersions.request_header_version(3));
     frame.extend(enc(&api_versions, 3));
     write("request_header", "api-versions-v3", &frame);
+    // Requests that wait by design, for the deadline reader: CreateTopics v7, JoinGroup v9.
+    let create = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![
+            create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(s("orders")))
+                .with_num_partitions(6)
+                .with_replication_factor(3),
+        ]);
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(s("orders-consumers")))
+        .with_session_timeout_ms(45_000)
+        .with_rebalance_timeout_ms(300_000)
+        .with_protocol_type(s("consumer"));
+    for (name, key, version, body) in [
+        ("create-topics-v7", ApiKey::CreateTopics, 7, enc(&create, 7)),
+        ("join-group-v9", ApiKey::JoinGroup, 9, enc(&join, 9)),
+    ] {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(3)
+            .with_client_id(Some(s("adminclient-1")));
+        let mut frame = enc(&header, key.request_header_version(version));
+        frame.extend(body);
+        write("request_deadline", name, &frame);
+    }
     let mut framed = (frame.len() as i32).to_be_bytes().to_vec();
     framed.extend_from_slice(&frame);
     framed.extend_from_slice(&stream);

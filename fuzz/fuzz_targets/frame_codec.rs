@@ -64,6 +64,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&g[..], *w);
     }
     assert_eq!(got_error, want_error, "error at the end of the stream");
-    // The frames (copied out), the buffer at up to twice what arrived, one growth step.
-    assert_within("frame codec", allocs, 4 * stream.len() + 2 * STEP + 4096);
+    // One growth step, which the buffer's Vec may double when a second one follows data
+    // (512 KiB), plus older buffers the frames still pin: linear in what arrived, never in
+    // what a header announces.
+    assert_within("frame codec", allocs, 2 * STEP + 8 * stream.len() + 8192);
 });

@@ -20,7 +20,7 @@
 //! new requests while it waits, and keeps one timer: the oldest request's deadline.
 
 pub mod ask;
-mod deadline;
+pub mod deadline;
 mod reauth;
 
 use std::collections::VecDeque;
