@@ -10,10 +10,11 @@
 //! - Fetch and ShareFetch: `max_wait_ms` (long polling);
 //! - JoinGroup: the rebalance timeout (the broker holds it until the group has rejoined; the
 //!   Java consumer waits as long);
-//! - requests with a `timeout_ms` the broker may wait out: CreateTopics, DeleteTopics,
-//!   CreatePartitions, DeleteRecords, ElectLeaders, AlterPartitionReassignments,
-//!   ListPartitionReassignments, UpdateFeatures, AddRaftVoter, ListOffsets v10+ (tiered
-//!   storage).
+//! - requests with a `timeout_ms` the broker may wait out, read where it comes before any
+//!   array: AlterPartitionReassignments, ListPartitionReassignments, UpdateFeatures,
+//!   AddRaftVoter. CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, ElectLeaders
+//!   and ListOffsets v10+ carry theirs after arrays of topics, which kroute does not walk (a
+//!   client's counts must not size anything): they get no limit.
 //!
 //! A SyncGroup has no limit: a follower's waits for the group leader's assignment, bounded by
 //! the group's rebalance timeout, which the request does not carry. Neither has a request whose
@@ -26,12 +27,12 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    AddRaftVoterRequest, AlterPartitionReassignmentsRequest, ApiKey, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, ElectLeadersRequest,
-    JoinGroupRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, RequestHeader,
-    ShareFetchRequest, UpdateFeaturesRequest,
+    AddRaftVoterRequest, AlterPartitionReassignmentsRequest, ApiKey, JoinGroupRequest,
+    ListPartitionReassignmentsRequest, RequestHeader, ShareFetchRequest, UpdateFeaturesRequest,
 };
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::protocol::{Decodable, Message};
+
+use crate::protocol::header::WireReader;
 use tokio::time::Instant;
 
 /// How long the broker may take with one request once it could start on it.
@@ -83,48 +84,53 @@ fn parks(api_key: i16, version: i16, frame: &Bytes) -> Park {
     };
     let ms = match api {
         ApiKey::Fetch => fetch_max_wait(frame, version),
-        ApiKey::ShareFetch => {
-            decode::<ShareFetchRequest>(api, frame, version).map(|r| r.max_wait_ms)
+        // group_id, member_id, share_session_epoch, then max_wait_ms.
+        ApiKey::ShareFetch if known::<ShareFetchRequest>(version) => {
+            wait_after(api, frame, version, &[Field::Str, Field::Str, Field::I32])
         }
-        ApiKey::JoinGroup => decode::<JoinGroupRequest>(api, frame, version).map(|r| {
-            // v0 has no rebalance timeout: the session timeout served as both.
-            if version >= 1 {
-                r.rebalance_timeout_ms
+        // group_id, session_timeout_ms, then (v1+) rebalance_timeout_ms; in v0 the session
+        // timeout served as both.
+        ApiKey::JoinGroup if known::<JoinGroupRequest>(version) => {
+            let before: &[Field] = if version >= 1 {
+                &[Field::Str, Field::I32]
             } else {
-                r.session_timeout_ms
-            }
-        }),
+                &[Field::Str]
+            };
+            wait_after(api, frame, version, before)
+        }
         ApiKey::SyncGroup => return Park::Unbounded,
-        ApiKey::CreateTopics => {
-            decode::<CreateTopicsRequest>(api, frame, version).map(|r| r.timeout_ms)
+        // timeout_ms first.
+        ApiKey::AlterPartitionReassignments
+            if known::<AlterPartitionReassignmentsRequest>(version) =>
+        {
+            wait_after(api, frame, version, &[])
         }
-        ApiKey::DeleteTopics => {
-            decode::<DeleteTopicsRequest>(api, frame, version).map(|r| r.timeout_ms)
+        ApiKey::ListPartitionReassignments
+            if known::<ListPartitionReassignmentsRequest>(version) =>
+        {
+            wait_after(api, frame, version, &[])
         }
-        ApiKey::CreatePartitions => {
-            decode::<CreatePartitionsRequest>(api, frame, version).map(|r| r.timeout_ms)
+        ApiKey::UpdateFeatures if known::<UpdateFeaturesRequest>(version) => {
+            wait_after(api, frame, version, &[])
         }
-        ApiKey::DeleteRecords => {
-            decode::<DeleteRecordsRequest>(api, frame, version).map(|r| r.timeout_ms)
+        // cluster_id, then timeout_ms.
+        ApiKey::AddRaftVoter if known::<AddRaftVoterRequest>(version) => {
+            wait_after(api, frame, version, &[Field::Str])
         }
-        ApiKey::ElectLeaders => {
-            decode::<ElectLeadersRequest>(api, frame, version).map(|r| r.timeout_ms)
-        }
-        ApiKey::AlterPartitionReassignments => {
-            decode::<AlterPartitionReassignmentsRequest>(api, frame, version).map(|r| r.timeout_ms)
-        }
-        ApiKey::ListPartitionReassignments => {
-            decode::<ListPartitionReassignmentsRequest>(api, frame, version).map(|r| r.timeout_ms)
-        }
-        ApiKey::UpdateFeatures => {
-            decode::<UpdateFeaturesRequest>(api, frame, version).map(|r| r.timeout_ms)
-        }
-        ApiKey::AddRaftVoter => {
-            decode::<AddRaftVoterRequest>(api, frame, version).map(|r| r.timeout_ms)
-        }
-        ApiKey::ListOffsets if version >= 10 => {
-            decode::<ListOffsetsRequest>(api, frame, version).map(|r| r.timeout_ms)
-        }
+        // Their timeout_ms comes after arrays of topics: not read (see [`wait_after`]), so
+        // these rare admin requests get no limit, like a request whose wait cannot be read.
+        ApiKey::CreateTopics
+        | ApiKey::DeleteTopics
+        | ApiKey::CreatePartitions
+        | ApiKey::DeleteRecords
+        | ApiKey::ElectLeaders => None,
+        ApiKey::ListOffsets if version >= 10 => None,
+        ApiKey::ShareFetch
+        | ApiKey::JoinGroup
+        | ApiKey::AlterPartitionReassignments
+        | ApiKey::ListPartitionReassignments
+        | ApiKey::UpdateFeatures
+        | ApiKey::AddRaftVoter => None,
         _ => return Park::No,
     };
     match ms {
@@ -133,15 +139,53 @@ fn parks(api_key: i16, version: i16, frame: &Bytes) -> Park {
     }
 }
 
+/// Whether kroute knows version `version` of request `R`.
+fn known<R: Message>(version: i16) -> bool {
+    (R::VERSIONS.min..=R::VERSIONS.max).contains(&version)
+}
+
+/// A field before a request's wait.
+#[derive(Clone, Copy)]
+enum Field {
+    /// A (nullable) string: compact in flexible versions.
+    Str,
+    I32,
+}
+
+/// The `i32` wait after the fields `before` at the start of the request's body.
+///
+/// Read by hand rather than decoded with kafka-protocol: the request is a client's, and
+/// kafka-protocol sizes an array from the count on the wire before it reads the elements, so
+/// a 20-byte request with a count of 2^31 would make kroute allocate without bound and abort
+/// (found by the `request_deadline` fuzz target, docs/hardening.md). Only waits that come
+/// before any array are read this way.
+fn wait_after(api: ApiKey, frame: &Bytes, version: i16, before: &[Field]) -> Option<i32> {
+    const WHAT: &str = "request wait";
+    let flexible = api.request_header_version(version) >= 2;
+    let mut r = WireReader::new(frame);
+    r.skip(8, WHAT).ok()?; // api key, version, correlation id
+    r.skip_nullable_string(WHAT).ok()?; // client id: never compact
+    if flexible {
+        r.skip_tagged_fields(WHAT).ok()?;
+    }
+    for field in before {
+        match field {
+            Field::Str => {
+                r.nullable_string(flexible, WHAT).ok()?;
+            }
+            Field::I32 => {
+                r.i32(WHAT).ok()?;
+            }
+        }
+    }
+    r.i32(WHAT).ok()
+}
+
 /// The request body after its header.
 fn body(api: ApiKey, frame: &Bytes, version: i16) -> Option<Bytes> {
     let mut buf = frame.clone();
     RequestHeader::decode(&mut buf, api.request_header_version(version)).ok()?;
     Some(buf)
-}
-
-fn decode<R: Decodable>(api: ApiKey, frame: &Bytes, version: i16) -> Option<R> {
-    R::decode(&mut body(api, frame, version)?, version).ok()
 }
 
 /// A Fetch's `max_wait_ms`, read in place (Fetch is frequent: no full decode). It follows
@@ -159,7 +203,8 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::messages::{
-        FetchRequest, MetadataRequest, ProduceRequest, SyncGroupRequest,
+        CreateTopicsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
+        SyncGroupRequest,
     };
     use kafka_protocol::protocol::{Encodable, StrBytes};
 
@@ -253,31 +298,46 @@ mod tests {
         assert_eq!(limit_of(ApiKey::JoinGroup, 0, &join), within_ms(70_000));
         let share = ShareFetchRequest::default().with_max_wait_ms(1_000);
         assert_eq!(limit_of(ApiKey::ShareFetch, 1, &share), within_ms(61_000));
-        let create = CreateTopicsRequest::default().with_timeout_ms(30_000);
+        let reassign = AlterPartitionReassignmentsRequest::default().with_timeout_ms(30_000);
         assert_eq!(
-            limit_of(ApiKey::CreateTopics, 7, &create),
+            limit_of(ApiKey::AlterPartitionReassignments, 0, &reassign),
             within_ms(90_000)
         );
-        let delete = DeleteRecordsRequest::default().with_timeout_ms(5_000);
-        assert_eq!(
-            limit_of(ApiKey::DeleteRecords, 2, &delete),
-            within_ms(65_000)
-        );
+        let voter = AddRaftVoterRequest::default()
+            .with_cluster_id(Some(StrBytes::from_static_str("c1")))
+            .with_timeout_ms(5_000);
+        assert_eq!(limit_of(ApiKey::AddRaftVoter, 0, &voter), within_ms(65_000));
+        // Waits after arrays of topics are not read: no limit.
+        let create = CreateTopicsRequest::default().with_timeout_ms(30_000);
+        assert_eq!(limit_of(ApiKey::CreateTopics, 7, &create), Limit::Unbounded);
         let offsets = ListOffsetsRequest::default().with_timeout_ms(20_000);
         assert_eq!(
             limit_of(ApiKey::ListOffsets, 10, &offsets),
-            within_ms(80_000)
+            Limit::Unbounded
         );
         assert_eq!(
             limit_of(ApiKey::ListOffsets, 9, &offsets),
             Limit::Within(TIMEOUT)
         );
         // A negative wait adds nothing.
-        let odd = DeleteTopicsRequest::default().with_timeout_ms(-5);
+        let odd = UpdateFeaturesRequest::default().with_timeout_ms(-5);
         assert_eq!(
-            limit_of(ApiKey::DeleteTopics, 6, &odd),
+            limit_of(ApiKey::UpdateFeatures, 1, &odd),
             Limit::Within(TIMEOUT)
         );
+    }
+
+    #[test]
+    fn a_huge_count_in_a_clients_request_is_never_sized() {
+        // CreateTopics v7 (header v2): a topic count of 2^31 - 1 in a request of a few bytes.
+        let mut f = BytesMut::new();
+        f.extend_from_slice(&[0, 19, 0, 7, 0, 0, 0, 1, 0, 0, 0]);
+        f.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
+        assert_eq!(limit(Some(TIMEOUT), 19, 7, &f.freeze()), Limit::Unbounded);
+        // JoinGroup v9 whose group id claims more bytes than there are: unreadable.
+        let mut f = BytesMut::new();
+        f.extend_from_slice(&[0, 11, 0, 9, 0, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0x03]);
+        assert_eq!(limit(Some(TIMEOUT), 11, 9, &f.freeze()), Limit::Unbounded);
     }
 
     #[test]
