@@ -288,6 +288,70 @@ pub struct LimitsConfig {
     /// Requests one client connection may have in flight before kroute stops reading from it.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight_per_connection: usize,
+    /// Client connections open at once (0: no limit); more are accepted and closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Client connections open at once from one IP address (0: no limit), as Kafka's
+    /// `max.connections.per.ip`.
+    #[serde(default)]
+    pub max_connections_per_ip: usize,
+    /// Bytes one client connection may hold (requests read and not yet answered, replies not
+    /// yet written) before kroute stops reading from it ([`crate::client::limits`]).
+    #[serde(default = "default_max_buffered_bytes_per_connection")]
+    pub max_buffered_bytes_per_connection: usize,
+    /// Bytes all client connections together may hold before kroute stops reading from those
+    /// that hold any.
+    #[serde(default = "default_max_buffered_bytes")]
+    pub max_buffered_bytes: usize,
+    /// Longest time from a request's first byte to its last (0: no limit); a client that
+    /// starts a frame and stalls (slowloris) is closed then.
+    #[serde(default = "default_partial_frame_timeout_ms")]
+    pub partial_frame_timeout_ms: u64,
+    /// A client connection with no bytes moving either way and no request waiting for a
+    /// broker is closed after this long (0: never), as Kafka's `connections.max.idle.ms`.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+}
+
+impl LimitsConfig {
+    /// The client-side limits' own checks: (key, problem).
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.max_buffered_bytes_per_connection == 0 {
+            return Err((
+                "limits.max_buffered_bytes_per_connection",
+                "must be above 0".into(),
+            ));
+        }
+        if self.max_buffered_bytes < self.max_buffered_bytes_per_connection {
+            return Err((
+                "limits.max_buffered_bytes",
+                "must be at least limits.max_buffered_bytes_per_connection".into(),
+            ));
+        }
+        for (key, ms) in [
+            (
+                "limits.partial_frame_timeout_ms",
+                self.partial_frame_timeout_ms,
+            ),
+            ("limits.idle_timeout_ms", self.idle_timeout_ms),
+        ] {
+            if (1..100).contains(&ms) {
+                return Err((key, "must be 0 (no limit) or at least 100".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// `partial_frame_timeout_ms`; None: off.
+    pub fn partial_frame_timeout(&self) -> Option<Duration> {
+        (self.partial_frame_timeout_ms > 0)
+            .then(|| Duration::from_millis(self.partial_frame_timeout_ms))
+    }
+
+    /// `idle_timeout_ms`; None: off.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (self.idle_timeout_ms > 0).then(|| Duration::from_millis(self.idle_timeout_ms))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -325,6 +389,33 @@ fn default_max_frame_bytes() -> usize {
 fn default_max_in_flight() -> usize {
     1024
 }
+/// Kafka has no total limit (`max.connections` is unbounded by default). Each client connection
+/// costs kroute two file descriptors (the client's and its broker's), so 20000 leaves room under
+/// the common 65536 descriptor limit for side connections and kroute's own, while being twice
+/// what the load goal (10000 mostly idle connections plus 1000 producers) needs.
+fn default_max_connections() -> usize {
+    20_000
+}
+/// 32 MiB: 32 produce requests of Kafka's default 1 MiB `max.request.size` in flight (a Java
+/// producer has at most 5); a larger fetch answer (`fetch.max.bytes` is 50 MiB) passes, one
+/// at a time.
+fn default_max_buffered_bytes_per_connection() -> usize {
+    32 * 1024 * 1024
+}
+/// 1 GiB: a limit against running out of memory rather than a tuning knob; set it to about
+/// half the memory kroute may use (e.g. a container's limit).
+fn default_max_buffered_bytes() -> usize {
+    1024 * 1024 * 1024
+}
+/// 30 s: a 100 MiB request (`max_frame_bytes`) needs 3.5 MB/s to arrive in time; Kafka's
+/// clients send whole requests at once.
+fn default_partial_frame_timeout_ms() -> u64 {
+    30_000
+}
+/// Kafka's `connections.max.idle.ms` (10 minutes); its clients close idle connections after 9.
+fn default_idle_timeout_ms() -> u64 {
+    600_000
+}
 fn default_admin_listen() -> String {
     "127.0.0.1:9644".into()
 }
@@ -359,6 +450,12 @@ impl Default for LimitsConfig {
         Self {
             max_frame_bytes: default_max_frame_bytes(),
             max_in_flight_per_connection: default_max_in_flight(),
+            max_connections: default_max_connections(),
+            max_connections_per_ip: 0,
+            max_buffered_bytes_per_connection: default_max_buffered_bytes_per_connection(),
+            max_buffered_bytes: default_max_buffered_bytes(),
+            partial_frame_timeout_ms: default_partial_frame_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
         }
     }
 }
@@ -570,6 +667,9 @@ impl Config {
                 "must be between 1 and 1000000".into(),
             ));
         }
+        self.limits
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
         for (key, globs) in [
             ("routing.include", &self.routing.include),
             ("routing.exclude", &self.routing.exclude),
@@ -720,6 +820,44 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("upstream.request_timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn client_limits_have_kafka_like_defaults_and_name_their_keys() {
+        let c = Config::parse(MINIMAL, "t").unwrap();
+        assert_eq!(c.limits.max_connections, 20_000);
+        assert_eq!(c.limits.max_connections_per_ip, 0);
+        assert_eq!(c.limits.idle_timeout(), Some(Duration::from_secs(600)));
+        assert_eq!(
+            c.limits.partial_frame_timeout(),
+            Some(Duration::from_secs(30))
+        );
+        let off = format!("{MINIMAL}[limits]\nidle_timeout_ms = 0\npartial_frame_timeout_ms = 0\n");
+        let c = Config::parse(&off, "t").unwrap();
+        assert_eq!(
+            (c.limits.idle_timeout(), c.limits.partial_frame_timeout()),
+            (None, None)
+        );
+        for (text, key) in [
+            (
+                "max_buffered_bytes_per_connection = 0",
+                "limits.max_buffered_bytes_per_connection",
+            ),
+            (
+                "max_buffered_bytes_per_connection = 2048\nmax_buffered_bytes = 1024",
+                "limits.max_buffered_bytes",
+            ),
+            ("idle_timeout_ms = 5", "limits.idle_timeout_ms"),
+            (
+                "partial_frame_timeout_ms = 99",
+                "limits.partial_frame_timeout_ms",
+            ),
+        ] {
+            let err = Config::parse(&format!("{MINIMAL}[limits]\n{text}\n"), "t")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "expected {key} in: {err}");
+        }
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //!
 //! When shutdown begins ([`crate::client::Shutdown`]) every listener closes at once, so new
 //! connections are refused, and no broker gets a new one.
+//!
+//! Every accepted connection is first counted against `limits.max_connections` and
+//! `limits.max_connections_per_ip` ([`crate::client::Limits`]); one over them is closed at once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
-use crate::client::{Target, serve};
+use crate::client::{Limits, Target, serve};
 use crate::proxy::Proxy;
 use crate::security::listener_tls::ListenerTls;
 
@@ -46,10 +49,12 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
         None => None,
     };
     info!(address = %bootstrap.local_addr()?, tls = tls.is_some(), "bootstrap listener ready");
+    let limits = Limits::new(&proxy.config.limits, &proxy.metrics.client_limits);
+    let listening = Listening { tls, limits };
     tokio::spawn(accept(
         bootstrap,
         Target::Bootstrap,
-        tls.clone(),
+        listening.clone(),
         proxy.clone(),
     ));
 
@@ -59,7 +64,7 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
         if proxy.shutdown.is_draining() {
             return Ok(()); // every accept loop ends by itself
         }
-        let all_bound = sync_listeners(&proxy, &tls, &mut running).await;
+        let all_bound = sync_listeners(&proxy, &listening, &mut running).await;
         proxy.metrics.brokers_known.set(running.len() as f64);
         // A failed bind is retried later, or sooner if the cluster changes.
         tokio::select! {
@@ -76,7 +81,7 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
 /// broker could not get its listener.
 async fn sync_listeners(
     proxy: &Arc<Proxy>,
-    tls: &Option<ListenerTls>,
+    listening: &Listening,
     running: &mut BTreeMap<i32, JoinHandle<()>>,
 ) -> bool {
     let wanted = proxy.cluster.node_ids();
@@ -113,7 +118,7 @@ async fn sync_listeners(
                     tokio::spawn(accept(
                         listener,
                         Target::Broker(id),
-                        tls.clone(),
+                        listening.clone(),
                         proxy.clone(),
                     )),
                 );
@@ -130,12 +135,14 @@ async fn sync_listeners(
     all_bound
 }
 
-async fn accept(
-    listener: TcpListener,
-    target: Target,
+/// What every listener shares: TLS, if on, and the connection limits.
+#[derive(Clone)]
+struct Listening {
     tls: Option<ListenerTls>,
-    proxy: Arc<Proxy>,
-) {
+    limits: Arc<Limits>,
+}
+
+async fn accept(listener: TcpListener, target: Target, listening: Listening, proxy: Arc<Proxy>) {
     loop {
         let accepted = tokio::select! {
             biased;
@@ -145,11 +152,15 @@ async fn accept(
         };
         match accepted {
             Ok((stream, peer)) => {
+                // Over a limit: closed at once (counted and logged by the limits).
+                let Some(conn) = listening.limits.admit(peer) else {
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let proxy = proxy.clone();
-                match tls.clone() {
+                match listening.tls.clone() {
                     None => {
-                        tokio::spawn(serve(stream, peer, target, proxy));
+                        tokio::spawn(serve(stream, target, proxy, conn));
                     }
                     Some(tls) => {
                         let acceptor = tls.acceptor();
@@ -160,7 +171,7 @@ async fn accept(
                             )
                             .await
                             {
-                                Ok(Ok(stream)) => serve(stream, peer, target, proxy).await,
+                                Ok(Ok(stream)) => serve(stream, target, proxy, conn).await,
                                 // A bare TCP probe (a health check) closes before saying anything.
                                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                                     debug!(%peer, ?target, "connection closed before the TLS handshake");

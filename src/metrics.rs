@@ -83,6 +83,30 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "Client connections open now",
     ),
     (
+        "kroute_client_connections_refused_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client connections accepted and closed at once because a limit was reached, by reason (max_connections, max_connections_per_ip)",
+    ),
+    (
+        "kroute_client_buffered_bytes",
+        Kind::Gauge,
+        Some(Unit::Bytes),
+        "Bytes client connections hold now: requests read and not yet answered, replies not yet written",
+    ),
+    (
+        "kroute_client_read_pauses_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Times kroute stopped reading from a client connection until it holds less, by limit (connection: limits.max_buffered_bytes_per_connection, total: limits.max_buffered_bytes, in_flight: limits.max_in_flight_per_connection)",
+    ),
+    (
+        "kroute_client_timeouts_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Client connections kroute closed for a timeout, by reason (partial_frame: limits.partial_frame_timeout_ms, idle: limits.idle_timeout_ms)",
+    ),
+    (
         "kroute_requests_total",
         Kind::Counter,
         Some(Unit::Count),
@@ -363,6 +387,43 @@ pub struct ProtocolErrors {
     pub unsupported_sasl: Counter,
 }
 
+/// The client-side limits ([`crate::client::limits`]).
+#[derive(Clone)]
+pub struct ClientLimitMetrics {
+    /// Client connections open now (`kroute_client_connections_active`): admitted by the
+    /// limits, TLS handshake included.
+    pub open: Gauge,
+    pub refused_max_connections: Counter,
+    pub refused_per_ip: Counter,
+    pub buffered_bytes: Gauge,
+    pub paused_connection: Counter,
+    pub paused_total: Counter,
+    pub paused_in_flight: Counter,
+    pub timeout_partial_frame: Counter,
+    pub timeout_idle: Counter,
+}
+
+impl ClientLimitMetrics {
+    fn new(open: Gauge) -> Self {
+        let refused = |reason: &'static str| counter!("kroute_client_connections_refused_total", "reason" => reason);
+        let paused =
+            |limit: &'static str| counter!("kroute_client_read_pauses_total", "limit" => limit);
+        let timeout =
+            |reason: &'static str| counter!("kroute_client_timeouts_total", "reason" => reason);
+        Self {
+            open,
+            refused_max_connections: refused("max_connections"),
+            refused_per_ip: refused("max_connections_per_ip"),
+            buffered_bytes: gauge!("kroute_client_buffered_bytes"),
+            paused_connection: paused("connection"),
+            paused_total: paused("total"),
+            paused_in_flight: paused("in_flight"),
+            timeout_partial_frame: timeout("partial_frame"),
+            timeout_idle: timeout("idle"),
+        }
+    }
+}
+
 /// Counters for batches moved from one broker to another, for one topic.
 pub struct MoveCounters {
     pub batches: Counter,
@@ -463,7 +524,7 @@ impl SequenceMetrics {
 
 pub struct Metrics {
     pub connections_accepted: Counter,
-    pub connections_active: Gauge,
+    pub client_limits: ClientLimitMetrics,
     pub upstream_unavailable: Counter,
     pub tls_handshake_failures: Counter,
     pub protocol_errors: ProtocolErrors,
@@ -528,7 +589,7 @@ impl Metrics {
         let error = |reason: &'static str| counter!("kroute_client_protocol_errors_total", "reason" => reason);
         Self {
             connections_accepted: counter!("kroute_client_connections_total"),
-            connections_active: gauge!("kroute_client_connections_active"),
+            client_limits: ClientLimitMetrics::new(gauge!("kroute_client_connections_active")),
             upstream_unavailable: counter!("kroute_upstream_unavailable_total"),
             tls_handshake_failures: counter!("kroute_tls_handshake_failures_total"),
             protocol_errors: ProtocolErrors {

@@ -1,7 +1,12 @@
-//! Client connections: frames in, ordered replies out; closed between requests at shutdown.
+//! Client connections: frames in, ordered replies out, within limits; closed between requests
+//! at shutdown.
 
+mod intake;
+pub mod limits;
+mod replies;
 mod session;
 mod shutdown;
 
+pub use limits::{Admitted, Limits};
 pub use session::{Target, serve};
 pub use shutdown::{CONNECTIONS_CUT, Drained, Session, Shutdown};

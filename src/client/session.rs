@@ -1,7 +1,8 @@
 //! One client connection, from accept to close.
 //!
-//! Requests are read and forwarded as they arrive, many in flight. For each request that expects
-//! an answer, a reply slot joins a queue in request order; the writer sends replies from the
+//! Requests are read ([`super::intake`], within the connection's [`super::limits`]) and
+//! forwarded as they arrive, many in flight. For each request that expects an answer, a reply
+//! slot joins a queue in request order ([`super::replies`]); the writer sends replies from the
 //! front of that queue as they complete, so the client sees answers in the order it asked even
 //! when later parts finish first. A malformed frame ends only this connection, with one log
 //! line and a metric.
@@ -13,28 +14,27 @@
 //! last answer is in.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::oneshot::error::TryRecvError;
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::FramedRead;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::intake::Intake;
+use super::limits::{Admitted, Timeout};
+use super::replies::{Pending, Slot, Slots, queue, write_replies};
 use crate::lag::observe::commit_hook;
-use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
+use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
-use crate::route::{Merge, Plan, Split, plan};
+use crate::route::{Plan, Split, plan};
 use crate::security::passthrough::{ClientSasl, ObserveError, UnsupportedV0};
 use crate::security::permit::WrittenTopics;
 use crate::security::{Identity, Permit, originate};
-use crate::upstream::{AnswerHook, Outbound, PendingReply, Reply, Upstream, UpstreamGone};
+use crate::upstream::{AnswerHook, Outbound, PendingReply, Upstream, UpstreamGone};
 
 /// Which kroute listener a client connected to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,24 +43,6 @@ pub enum Target {
     Bootstrap,
     /// The address that stands for this node id.
     Broker(i32),
-}
-
-/// A reply in request order: already known, still coming from upstream, or to be merged from
-/// the answers of several brokers.
-enum Slot {
-    Ready {
-        api_key: i16,
-        payload: Bytes,
-    },
-    Waiting {
-        api_key: i16,
-        reply: oneshot::Receiver<Reply>,
-    },
-    Merging {
-        api_key: i16,
-        replies: Vec<oneshot::Receiver<Reply>>,
-        merge: Box<dyn Merge>,
-    },
 }
 
 /// The upstream connections of one client connection: its own broker's, plus those opened
@@ -126,7 +108,7 @@ enum ReadEnd {
 
 /// Why kroute closed a client connection.
 #[derive(Debug, thiserror::Error)]
-enum ClientError {
+pub(super) enum ClientError {
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error(transparent)]
@@ -137,25 +119,18 @@ enum ClientError {
     Sasl(#[from] UnsupportedV0),
     #[error("the drain timeout passed with answers still owed")]
     Cut,
+    #[error(transparent)]
+    Timeout(#[from] Timeout),
 }
 
-/// Keeps the active-connections gauge honest however the session ends.
-struct ActiveConnection<'a>(&'a Proxy);
-
-impl Drop for ActiveConnection<'_> {
-    fn drop(&mut self) {
-        self.0.metrics.connections_active.decrement(1.0);
-    }
-}
-
-/// Serves one client connection until either side closes it, or shutdown closes it.
-pub async fn serve<S>(stream: S, peer: SocketAddr, target: Target, proxy: Arc<Proxy>)
+/// Serves one client connection until either side closes it, or shutdown closes it. `conn`:
+/// what the connection may hold ([`super::limits`]); dropping it gives the connection back.
+pub async fn serve<S>(stream: S, target: Target, proxy: Arc<Proxy>, conn: Admitted)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let peer = conn.peer();
     proxy.metrics.connections_accepted.increment(1);
-    proxy.metrics.connections_active.increment(1.0);
-    let _active = ActiveConnection(&proxy);
     let mut session = proxy.shutdown.session();
     if proxy.shutdown.is_draining() {
         return;
@@ -170,7 +145,7 @@ where
         }
     };
     let (mut rd, wr) = tokio::io::split(stream);
-    let (slots_tx, slots_rx) = mpsc::channel(proxy.config.limits.max_in_flight_per_connection);
+    let (slots, replies) = queue(&conn, proxy.config.limits.max_in_flight_per_connection);
 
     // Owned here, not by the reader: at shutdown the answers still come in after it stopped.
     let mut upstreams = Upstreams {
@@ -178,10 +153,11 @@ where
         home: upstream,
         others: HashMap::new(),
     };
-    let writer = write_replies(wr, slots_rx, &proxy);
+    let writer = write_replies(wr, replies, &proxy);
     tokio::pin!(writer);
+    let intake = Intake::new(&mut rd, proxy.config.limits.max_frame_bytes, &conn);
     tokio::select! {
-        read = read_requests(&mut rd, &mut upstreams, slots_tx, &proxy) => match read {
+        read = read_requests(intake, &mut upstreams, slots, &proxy) => match read {
             Ok(ReadEnd::Closed) => debug!(%peer, "client closed the connection"),
             Ok(ReadEnd::Draining) => match writer.await {
                 Ok(()) => {
@@ -193,6 +169,7 @@ where
                 Err(e) => debug!(%peer, "client connection ended while draining: {e}"),
             },
             Err(ClientError::Upstream(_)) => debug!(%peer, "upstream went away"),
+            Err(ClientError::Timeout(_)) => {} // counted and logged by the limits
             // A reset or other socket error is the client's business, not a protocol problem.
             Err(ClientError::Frame(FrameError::Io(e))) => debug!(%peer, "client connection failed: {e}"),
             Err(e) => {
@@ -233,7 +210,10 @@ fn count_protocol_error(proxy: &Proxy, e: &ClientError) {
         ClientError::Frame(FrameError::Truncated(_)) => errors.truncated.increment(1),
         ClientError::Header(_) => errors.bad_header.increment(1),
         ClientError::Sasl(_) => errors.unsupported_sasl.increment(1),
-        ClientError::Frame(FrameError::Io(_)) | ClientError::Upstream(_) | ClientError::Cut => {}
+        ClientError::Frame(FrameError::Io(_))
+        | ClientError::Upstream(_)
+        | ClientError::Cut
+        | ClientError::Timeout(_) => {}
     }
 }
 
@@ -269,26 +249,26 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
 /// Reads requests and sends them on, queueing a reply slot for each, until the client closes
 /// or shutdown begins (checked before every request, so none is taken after).
 async fn read_requests(
-    rd: impl AsyncRead + Unpin,
+    mut intake: Intake<'_, impl AsyncRead + Unpin>,
     upstreams: &mut Upstreams<'_>,
-    slots: mpsc::Sender<Slot>,
+    slots: Slots<'_>,
     proxy: &Arc<Proxy>,
 ) -> Result<ReadEnd, ClientError> {
     let home = upstreams.home.node_id;
     // Side connections carry kroute's identity, not the client's: once the client
     // authenticates, its batches move only where it may write itself.
     let mut sasl = ClientSasl::default();
-    let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
-    let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
+    let limits = slots.limits();
     loop {
         let frame = tokio::select! {
             biased;
             _ = proxy.shutdown.draining() => return Ok(ReadEnd::Draining),
-            frame = frames.next() => match frame {
-                Some(frame) => frame?,
+            frame = intake.next() => match frame? {
+                Some(frame) => frame,
                 None => return Ok(ReadEnd::Closed),
             },
         };
+        let request_bytes = frame.len();
         if sasl.take_raw_token() {
             forward_raw_token(&upstreams.home, &slots, frame).await?;
             continue;
@@ -305,11 +285,9 @@ async fn read_requests(
             Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
         ) && let Some(payload) = client_sasl(proxy, &mut sasl, &upstreams.home, &head, &frame)?
         {
-            let slot = Slot::Ready {
-                api_key: head.api_key,
-                payload,
-            };
-            slots.send(slot).await.map_err(|_| UpstreamGone)?;
+            slots
+                .send(answered(head.api_key, request_bytes, payload))
+                .await?;
             continue;
         }
         let permit = sasl.permit();
@@ -322,17 +300,19 @@ async fn read_requests(
                 upstreams.home.send(out).await?;
             }
             Plan::Answer(payload) => {
-                let api_key = head.api_key;
-                let slot = Slot::Ready { api_key, payload };
-                slots.send(slot).await.map_err(|_| UpstreamGone)?;
+                slots
+                    .send(answered(head.api_key, request_bytes, payload))
+                    .await?;
             }
             Plan::Forward => {
                 let (tx, reply) = oneshot::channel();
-                let api_key = head.api_key;
-                slots
-                    .send(Slot::Waiting { api_key, reply })
-                    .await
-                    .map_err(|_| UpstreamGone)?;
+                let slot = Slot {
+                    api_key: head.api_key,
+                    request_bytes,
+                    reserved: limits.reservation(head.api_key, head.api_version, &frame),
+                    reply: Pending::Waiting(reply),
+                };
+                slots.send(slot).await?;
                 let mut reply = pending(tx);
                 if let Permit::Written(written) = permit
                     && head.api() == Some(ApiKey::Produce)
@@ -365,13 +345,13 @@ async fn read_requests(
                             }
                         })
                         .unzip();
-                    let api_key = head.api_key;
-                    let slot = Slot::Merging {
-                        api_key,
-                        replies,
-                        merge,
+                    let slot = Slot {
+                        api_key: head.api_key,
+                        request_bytes,
+                        reserved: 0,
+                        reply: Pending::Merging { replies, merge },
                     };
-                    slots.send(slot).await.map_err(|_| UpstreamGone)?;
+                    slots.send(slot).await?;
                     senders = txs;
                 }
                 for (i, part) in parts.into_iter().enumerate() {
@@ -424,15 +404,18 @@ fn client_sasl(
 /// in its place in the reply order.
 async fn forward_raw_token(
     home: &Upstream,
-    slots: &mpsc::Sender<Slot>,
+    slots: &Slots<'_>,
     frame: Bytes,
 ) -> Result<(), ClientError> {
     let (tx, reply) = oneshot::channel();
     let api_key = ApiKey::SaslAuthenticate as i16;
-    slots
-        .send(Slot::Waiting { api_key, reply })
-        .await
-        .map_err(|_| UpstreamGone)?;
+    let slot = Slot {
+        api_key,
+        request_bytes: frame.len(),
+        reserved: 0,
+        reply: Pending::Waiting(reply),
+    };
+    slots.send(slot).await?;
     let pending = PendingReply::new(api_key, 0, 0, tx).raw_token();
     let out = Outbound {
         frame,
@@ -454,68 +437,12 @@ fn learn_written_topics(written: &Arc<WrittenTopics>, api_version: i16) -> Answe
     })
 }
 
-/// Writes the replies in request order, each as soon as it is complete, until the reader has
-/// stopped and every reply is written; then closes the connection (for writing). At the drain
-/// timeout it stops waiting for answers ([`ClientError::Cut`]), having written whole frames
-/// only.
-async fn write_replies(
-    wr: impl AsyncWrite + Unpin,
-    mut slots: mpsc::Receiver<Slot>,
-    proxy: &Proxy,
-) -> Result<(), ClientError> {
-    let mut out = BufWriter::with_capacity(64 * 1024, wr);
-    while let Some(slot) = slots.recv().await {
-        let (api_key, payload) = match slot {
-            Slot::Ready { api_key, payload } => (api_key, payload),
-            Slot::Waiting { api_key, mut reply } => {
-                let answer = match reply.try_recv() {
-                    Ok(answer) => answer,
-                    Err(TryRecvError::Closed) => Err(UpstreamGone),
-                    Err(TryRecvError::Empty) => {
-                        // Nothing ready to add: let the client have what is buffered meanwhile.
-                        out.flush().await.map_err(FrameError::Io)?;
-                        tokio::select! {
-                            answer = &mut reply => answer.unwrap_or(Err(UpstreamGone)),
-                            _ = proxy.shutdown.cut() => return Err(ClientError::Cut),
-                        }
-                    }
-                };
-                if answer.is_err() {
-                    // Replies already written are the client's: deliver them before closing.
-                    let _ = out.flush().await;
-                }
-                (api_key, answer?)
-            }
-            Slot::Merging {
-                api_key,
-                replies,
-                merge,
-            } => {
-                out.flush().await.map_err(FrameError::Io)?;
-                let mut answers = Vec::with_capacity(replies.len());
-                for mut reply in replies {
-                    answers.push(tokio::select! {
-                        answer = &mut reply => answer.unwrap_or(Err(UpstreamGone)),
-                        _ = proxy.shutdown.cut() => return Err(ClientError::Cut),
-                    });
-                }
-                (api_key, merge.merge(answers))
-            }
-        };
-        proxy
-            .metrics
-            .api(api_key)
-            .response_bytes
-            .increment(4 + payload.len() as u64);
-        out.write_all(&size_prefix(payload.len()))
-            .await
-            .map_err(FrameError::Io)?;
-        out.write_all(&payload).await.map_err(FrameError::Io)?;
-        if slots.is_empty() {
-            out.flush().await.map_err(FrameError::Io)?;
-        }
+/// A slot answered by kroute itself.
+fn answered(api_key: i16, request_bytes: usize, payload: Bytes) -> Slot {
+    Slot {
+        api_key,
+        request_bytes,
+        reserved: 0,
+        reply: Pending::Answered(Ok(payload)),
     }
-    // Flushes, then ends the stream (TLS close_notify, TCP FIN) after the last whole answer.
-    out.shutdown().await.map_err(FrameError::Io)?;
-    Ok(())
 }
