@@ -8,7 +8,6 @@
 #   FUZZ_SECONDS=600 scripts/fuzz-smoke.sh rewrite_metadata    # a longer run
 #
 # FUZZ_SANITIZER: address (the default when the toolchain ships the ASan runtime) or none.
-# KROUTE_FUZZ_STRICT=1: known open findings crash too (K1 in docs/hardening.md).
 # New inputs go to a temporary corpus; the seeds in fuzz/corpus/<target>/ are only read.
 # A crash leaves its input in fuzz/artifacts/<target>/; replay it with
 #   RUSTC_BOOTSTRAP=1 cargo fuzz run -O -a -s <sanitizer> <target> fuzz/artifacts/<target>/<file>

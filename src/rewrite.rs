@@ -281,6 +281,7 @@ fn rewrite_quorum_node(node: &mut describe_quorum_response::Node, p: &mut Pass) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
     use kafka_protocol::messages::BrokerId;
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
@@ -408,9 +409,7 @@ mod tests {
 
     #[test]
     fn truncated_bodies_are_errors_not_panics() {
-        // Broker responses cut short at every byte. (kafka-protocol sizes arrays from their
-        // length prefix before reading them, so arbitrary garbage from a broker is trusted not
-        // to announce absurd array lengths; truncation, the realistic failure, is covered here.)
+        // Broker responses cut short at every byte.
         let resp =
             MetadataResponse::default().with_brokers(vec![broker(1, 19092), broker(2, 19093)]);
         for v in [0, 9, 12, 13] {
@@ -422,6 +421,28 @@ mod tests {
                     "v{v} cut {cut}"
                 );
             }
+        }
+    }
+
+    /// K1 (docs/hardening.md): an array count beyond the bytes left is refused before anything
+    /// is sized from it (vendor/kafka-protocol). As released, kafka-protocol 0.18 would ask
+    /// for 2^31 - 1 brokers here, about 170 GB, and the failed allocation aborts kroute.
+    #[test]
+    fn array_counts_beyond_the_bytes_left_are_errors() {
+        for v in [1, 9, 12] {
+            let mut body = BytesMut::new();
+            if v >= 3 {
+                body.put_i32(0); // throttle_time_ms
+            }
+            if v >= 9 {
+                body.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x08]); // compact: 2^31 - 1
+            } else {
+                body.put_i32(i32::MAX);
+            }
+            body.extend_from_slice(&[1; 16]);
+            let err = rewrite_response(3, v, &body.freeze(), &map(), &mut Observed::default())
+                .expect_err("a count the bytes cannot hold");
+            assert!(format!("{err:#}").contains("exceeds"), "v{v}: {err:#}");
         }
     }
 

@@ -8,7 +8,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -16,8 +16,8 @@ use kroute::rewrite::{AddressMap, Observed, rewrite_response};
 
 /// Counts live bytes, the peak, and the largest single allocation. Allocations of
 /// [`VIRTUAL_FROM`] bytes or more are served by `mmap(MAP_NORESERVE)`: address space, not
-/// memory, so a decoder that sizes a vector from a hostile count (kafka-protocol, K1 in
-/// docs/hardening.md) is measured and reported instead of aborting the process.
+/// memory, so a decoder that sizes a vector from a hostile count (K1 in docs/hardening.md)
+/// is measured and reported instead of aborting the process.
 pub struct Counting;
 
 /// See [`Counting`].
@@ -151,36 +151,18 @@ pub fn assert_within(what: &str, allocs: Allocs, bound: usize) {
     );
 }
 
-/// Whether `KROUTE_FUZZ_STRICT=1`: known, still-open findings (docs/hardening.md) crash
-/// too, instead of being counted and skipped.
-pub fn strict() -> bool {
-    std::env::var_os("KROUTE_FUZZ_STRICT").is_some_and(|v| v == "1")
-}
-
-static K1_NOTED: AtomicBool = AtomicBool::new(false);
-
-/// kafka-protocol 0.18 decodes an array with `Vec::with_capacity(count)` before reading any
-/// element, `count` straight from the wire (K1 in docs/hardening.md). An allocation that far
-/// above the input is that and nothing else: crash in strict mode, otherwise note it once.
-/// Returns whether it happened.
-pub fn presized_array(what: &str, input_len: usize, allocs: Allocs) -> bool {
+/// kafka-protocol sized arrays from counts read off the wire before reading any element (K1
+/// in docs/hardening.md); kroute builds it with a bound (vendor/kafka-protocol). An allocation
+/// this far above the input means the bound is gone or another decoder pre-sizes: a crash.
+pub fn assert_not_presized(what: &str, input_len: usize, allocs: Allocs) {
     let bound = 256 * input_len + (1 << 20);
-    if allocs.peak <= bound {
-        return false;
-    }
     assert!(
-        !strict(),
-        "{what}: K1: {} bytes allocated for {input_len} input bytes (largest {})",
+        allocs.peak <= bound,
+        "{what}: {} bytes allocated for {input_len} input bytes (largest {}): a count \
+         from the wire sized an allocation (K1)",
         allocs.peak,
         allocs.largest
     );
-    if !K1_NOTED.swap(true, Relaxed) {
-        eprintln!(
-            "note: {what}: kafka-protocol pre-sized an array from a wire count (K1, \
-             docs/hardening.md); counted, not a crash unless KROUTE_FUZZ_STRICT=1"
-        );
-    }
-    true
 }
 
 /// The version `selector` picks in `versions`.
@@ -193,7 +175,7 @@ pub fn pick(selector: u8, versions: RangeInclusive<i16>) -> i16 {
 pub const HOST: &str = "kroute.fuzz";
 
 /// Drives [`rewrite_response`] for `api` at a version in `versions` picked by the first byte;
-/// the rest is the response body. Checks: no panic, no pre-sized allocation (K1), and
+/// the rest is the response body. Checks: no panic, no allocation sized by a wire count (K1), and
 /// kroute's own output rewritten again comes back byte for byte (it decodes, and the
 /// rewrite is idempotent), every address in it being kroute's.
 pub fn rewrite_target(api: ApiKey, versions: RangeInclusive<i16>, data: &[u8]) {
@@ -205,9 +187,7 @@ pub fn rewrite_target(api: ApiKey, versions: RangeInclusive<i16>, data: &[u8]) {
     let map = AddressMap::new(HOST, 9100);
     let mut seen = Observed::default();
     let (out, allocs) = measure(|| rewrite_response(api as i16, version, &body, &map, &mut seen));
-    if presized_array("rewrite", body.len(), allocs) {
-        return;
-    }
+    assert_not_presized("rewrite", body.len(), allocs);
     let Ok(Some(out)) = out else {
         return;
     };

@@ -267,15 +267,28 @@ fn decompress(codec: i16, region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReas
         1 => bounded(&mut flate2::read::MultiGzDecoder::new(region))?,
         2 => return snappy(region, limit),
         3 => bounded(&mut lz4::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?)?,
-        4 => bounded(
-            &mut zstd::stream::read::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?,
-        )?,
+        4 => bounded(&mut zstd_decoder(region)?)?,
         _ => return Err(KeepReason::Malformed),
     }
     if out.len() as u64 > limit {
         return Err(KeepReason::Uninspectable);
     }
     Ok(out)
+}
+
+/// The largest zstd window kroute decodes: 2^26 bytes, the 64 MiB inspection budget. The C
+/// decoder allocates the window a frame header announces before any output, up to 2^27 (128
+/// MiB) by default; only frames written with the ultra levels 20-22 ask for more than 2^26, and
+/// those batches stay where the client put them (uninspectable).
+const ZSTD_WINDOW_LOG_MAX: u32 = 26;
+
+fn zstd_decoder(region: &[u8]) -> Result<impl Read + '_, KeepReason> {
+    let mut decoder =
+        zstd::stream::read::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?;
+    decoder
+        .window_log_max(ZSTD_WINDOW_LOG_MAX)
+        .map_err(|_| KeepReason::Uninspectable)?;
+    Ok(decoder)
 }
 
 /// Snappy as Kafka clients write it: xerial framing (a magic header, then length-prefixed raw
@@ -511,6 +524,30 @@ pub(crate) mod tests {
         compressed[n - 8..].fill(0);
         compressed[65..70].fill(0x55);
         assert!(check(&Bytes::from(compressed)).is_err());
+    }
+
+    /// A zstd frame asking for a 2^27-byte window (ultra levels, streamed: no content size)
+    /// would make the C decoder allocate 128 MiB before any output, twice the budget.
+    #[test]
+    fn zstd_windows_above_the_budget_are_not_decoded() {
+        use std::io::Write;
+        let frame = |window_log: u32| {
+            let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+            encoder
+                .set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))
+                .unwrap();
+            encoder.include_contentsize(false).unwrap();
+            encoder.write_all(&[7u8; 4096]).unwrap();
+            encoder.finish().unwrap()
+        };
+        assert_eq!(
+            decompress(4, &frame(26), 1 << 26).map(|p| p.len()),
+            Ok(4096)
+        );
+        assert_eq!(
+            decompress(4, &frame(27), 1 << 26),
+            Err(KeepReason::Uninspectable)
+        );
     }
 
     /// An idempotent batch of `n` keyless records: producer 7, epoch 0, sequences 0..n.

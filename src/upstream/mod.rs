@@ -499,12 +499,15 @@ fn deliver(
         }
     }
     let payload = answer(proxy, link, &pending, frame).map_err(|e| {
+        // Its client cannot be told anything true: the connection ends, its client's too.
         proxy.metrics.rewrite_errors.increment(1);
-        format!(
-            "cannot rewrite {} v{} response: {e:#}",
+        warn!(
+            broker = link.node_id,
+            "cannot rewrite {} v{} response, closing the connection: {e:#}",
             crate::metrics::api_name(pending.api_key),
             pending.api_version
-        )
+        );
+        "a response could not be rewritten".to_string()
     })?;
     pending.deliver(Ok(payload));
     Ok(())

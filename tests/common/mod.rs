@@ -301,6 +301,21 @@ impl Kroute {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Resident memory of process `pid` (VmRSS), in bytes; 0 if it cannot be read.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 impl Drop for Kroute {
