@@ -3,7 +3,7 @@
 # connection costs kroute (and an L4 relay), kroute's CPU per GB produced, and the latency kroute
 # adds for the producers (the same producers straight to the brokers, side by side in one run).
 #
-#   bench/load.sh                                      full run (~5 minutes on 2 cores, plus builds)
+#   bench/load.sh                                      full run (~6 minutes on 2 cores, plus builds)
 #   LOAD_IDLE=1000 LOAD_PRODUCERS=100 LOAD_SECONDS=20 bench/load.sh      quick check (~1.5 minutes)
 #
 # Needs the local cluster running in relayed mode (scripts/cluster.sh start --relayed; it is used as
@@ -36,7 +36,9 @@
 #     1/LOAD_RATE s; LOAD_WARMUP s not counted, then LOAD_SECONDS measured. kroute's CPU
 #     (/proc/<pid>/stat utime+stime) and counters are read at the window's start and end;
 #  7. closes the idle connections (none may have been closed by kroute meanwhile), kroute's RSS 5 s
-#     later; stops kroute and the relay, deletes the topic.
+#     later; opens the same LOAD_IDLE again in one step and closes them (RSS after each: the memory
+#     the first round freed is reused, not added to); reads the topic's end offsets; stops kroute
+#     and the relay, deletes the topic.
 #
 # Reported:
 #  - RSS per idle connection: (RSS with N idle - RSS before) / N, kroute and relay, at each step;
@@ -44,11 +46,13 @@
 #    in the window;
 #  - latency per Produce request (written -> answer read), exact percentiles over every request
 #    of the window, per side; added latency = kroute - direct, and the ratio kroute / direct.
+#  - kroute's threads' time running and waiting for a CPU in the window (schedstat): on a shared
+#    machine, what the latency figures mean depends on it.
 # The run fails unless: every idle connection opened and stayed open, kroute's active-connections
 # gauge read LOAD_IDLE, every producer ran without a failure, no Produce answer carried an error,
-# and kroute's own counters saw the kroute side's requests: kroute_requests_total{api=Produce}
-# and kroute_request_bytes_total{api=Produce} over the window within 2% of what the generator
-# wrote through kroute (both ends of the window are sampled a few ms apart, so not exactly).
+# kroute's own counters saw exactly the kroute side's traffic (kroute_requests_total{api=Produce}
+# and kroute_request_bytes_total{api=Produce} over the producer run = the requests and bytes the
+# generator wrote through kroute), and the brokers hold at least the records acknowledged.
 #
 # File descriptors: kroute holds 2 per client connection (the client's and its upstream; one
 # upstream per client connection), plus, with LOAD_ROUTING=strict-cost, up to 2 side connections
@@ -157,6 +161,16 @@ metric() { # FILE NAME: the sum of NAME's samples
 }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; } # utime + stime
+# ns its threads ran and ns they waited, runnable, for a CPU (/proc/<pid>/task/*/schedstat)
+# (per thread: a thread that ends between two samples drops out of the sums, so the delta is taken
+# per thread id, over the threads of the second sample)
+sched_snapshot() { # PID FILE
+  local t
+  for t in /proc/"$1"/task/*; do printf '%s %s\n' "${t##*/}" "$(cat "$t/schedstat" 2>/dev/null)"; done >"$2"
+}
+sched_delta() { # BEFORE AFTER: "ran_ns waited_ns"
+  awk 'NR == FNR { r[$1] = $2; w[$1] = $3; next } NF >= 3 { dr += $2 - r[$1]; dw += $3 - w[$1] } END { printf "%.0f %.0f\n", dr, dw }' "$1" "$2"
+}
 alive() { kill -0 "$1" 2>/dev/null; }
 wait_line() { # FILE PATTERN COUNT TIMEOUT_S PID: until FILE has COUNT lines matching PATTERN
   local i
@@ -198,9 +212,9 @@ for b in "$KROUTE_BIN" "$LOAD_GEN_BIN" "$RELAY_BIN"; do [ -x "$b" ] || die "$b n
 
 ulimit -n "$(ulimit -Hn)" || die "cannot raise the open-files limit"
 NOFILE=$(ulimit -n)
-# kroute: 2 fds per client connection, 2 side connections per producer with routing, ~64 others
+# kroute: 2 fds per client connection, 2 side connections per producer with routing, 100 spare
 side=0; [ "$ROUTING" = strict-cost ] && side=2
-fit=$(((NOFILE - 64 - PRODUCERS * (2 + side)) / 2))
+fit=$(((NOFILE - 100 - PRODUCERS * (2 + side)) / 2))
 NOTE=
 if [ "$IDLE" -gt "$fit" ]; then
   [ "$fit" -ge 1 ] || die "the open-files limit ($NOFILE) leaves kroute no room for idle connections"
@@ -347,10 +361,14 @@ PROD_PID=$!
 wait_line "$OUT/produce.out" '^window-start' 1 $((WARMUP + 120)) "$PROD_PID" ||
   { cat "$OUT/produce.err" >&2; die "the producers did not start"; }
 cpu0=$(cpu_ticks "$KROUTE_PID"); scrape "$OUT/m-window-start.prom"
+sched_snapshot "$KROUTE_PID" "$OUT/sched-kroute-0"; sched_snapshot "$PROD_PID" "$OUT/sched-gen-0"
 kroute_fds_load=$(find "/proc/$KROUTE_PID/fd" -mindepth 1 | wc -l)
 wait_line "$OUT/produce.out" '^window-end' 1 $((SECONDS_MEASURED + 120)) "$PROD_PID" ||
   { cat "$OUT/produce.err" >&2; die "the producers did not finish"; }
 cpu1=$(cpu_ticks "$KROUTE_PID"); scrape "$OUT/m-window-end.prom"
+sched_snapshot "$KROUTE_PID" "$OUT/sched-kroute-1"; sched_snapshot "$PROD_PID" "$OUT/sched-gen-1"
+read -r krun kwait < <(sched_delta "$OUT/sched-kroute-0" "$OUT/sched-kroute-1")
+read -r grun gwait < <(sched_delta "$OUT/sched-gen-0" "$OUT/sched-gen-1")
 rss_load=$(rss_kb "$KROUTE_PID")
 printf 'kroute\tidle+producers\t%s\n' "$rss_load" >>"$OUT/rss.tsv"
 prod_rc=0; wait "$PROD_PID" || prod_rc=$?
@@ -358,6 +376,15 @@ PROD_PID=
 scrape "$OUT/m-after-produce.prom"
 alive "$KROUTE_PID" || die "kroute exited (see $OUT/kroute.log)"
 idle_close kroute "$KROUTE_PID"
+# once more, in one step: memory freed by the first round is reused, not added to
+STEPS_FIRST=$STEPS STEPS=1
+say "kroute: $IDLE idle connections again (reuse of the memory the first round freed)"
+idle_run kroute-again "$KROUTE_PID" "$kroute_targets" "127.$((NET_B + 1))"
+idle_close kroute-again "$KROUTE_PID"
+STEPS=$STEPS_FIRST
+# the records on the brokers (a fresh topic: end offsets = records written)
+scripts/cluster.sh tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$RELAYED_BOOTSTRAP" \
+  --topic "$TOPIC" >"$OUT/offsets.txt" 2>"$OUT/offsets.err" || { cat "$OUT/offsets.err" >&2; die "GetOffsetShell failed"; }
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------------------------------------
@@ -373,7 +400,8 @@ for v in $(compgen -e | grep -E '^LOAD_' | sort); do cmd="$v=\"${!v}\" $cmd"; do
 for s in direct kroute; do grep -q "^side=$s " "$OUT/produce.out" || { cat "$OUT/produce.err" >&2; die "no result for side $s"; }; done
 
 valid=0
-python3 - "$OUT" "$IDLE" "$CLK_TCK" "$cpu0" "$cpu1" "$rss_load" "$prod_rc" <<'EOF' >"$OUT/report.body" || valid=$?
+python3 - "$OUT" "$IDLE" "$CLK_TCK" "$cpu0" "$cpu1" "$rss_load" "$prod_rc" "$RECORDS" \
+  "$krun $kwait $grun $gwait $SECONDS_MEASURED" <<'EOF' >"$OUT/report.body" || valid=$?
 import sys, re
 out, idle, tck, cpu0, cpu1, rss_load, prod_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
 
@@ -415,6 +443,9 @@ for p in ("kroute", "relay"):
             cells.append(f"{n}: {kb / 1024:.1f} MiB")
     print(f"{p:7s} before {base / 1024:.1f} MiB; " + "; ".join(cells))
 print(f"kroute / relay per idle connection: {per['kroute'] / per['relay']:.2f}x")
+if "kroute-again" in rss:
+    print("kroute, the same idle connections opened again after all closed: "
+          + "; ".join(f"{n}: {kb / 1024:.1f} MiB" for n, kb in rss["kroute-again"]))
 print()
 
 cpu = (cpu1 - cpu0) / tck
@@ -424,6 +455,9 @@ print("== kroute CPU per GB produced (window)")
 print(f"kroute CPU {cpu:.2f} s (utime+stime), Produce bytes from clients {pbytes:.0f} ({pbytes / 1e6:.1f} MB): "
       f"{cpu / (pbytes / 1e9) if pbytes else float('nan'):.1f} CPU s per GB; {preqs:.0f} Produce requests, "
       f"{cpu / preqs * 1e6 if preqs else float('nan'):.1f} CPU us per request")
+krun, kwait, grun, gwait, secs = (int(x) for x in sys.argv[9].split())
+print(f"in the {secs} s window, kroute's threads ran {krun / 1e9:.2f} s and waited {kwait / 1e9:.2f} s for a CPU while runnable "
+      f"(/proc/<pid>/task/*/schedstat); the generator's ran {grun / 1e9:.2f} s and waited {gwait / 1e9:.2f} s")
 print()
 
 print("== Produce latency per request, ms (written -> answer read), every request of the window")
@@ -436,12 +470,22 @@ d, k = sides["direct"], sides["kroute"]
 for q in ("p50_ms", "p99_ms", "p999_ms"):
     dd, kk = float(d[q]), float(k[q])
     print(f"added {q[:-3]:6s} kroute - direct {kk - dd:+.2f} ms, kroute / direct {kk / dd if dd else float('nan'):.2f}x")
+up = []
+for br in ("1", "2", "3"):
+    lab = f'broker="{br}",api="Produce"'
+    n = total(we, "kroute_upstream_request_duration_seconds_count", lab) - total(ws, "kroute_upstream_request_duration_seconds_count", lab)
+    t = total(we, "kroute_upstream_request_duration_seconds_sum", lab) - total(ws, "kroute_upstream_request_duration_seconds_sum", lab)
+    if n:
+        up.append(f"broker {br} {t / n * 1000:.2f} ms ({n:.0f})")
+print("kroute's upstream Produce round trips in the window, mean (kroute_upstream_request_duration_seconds): " + ", ".join(up))
 print()
 
 print("== proof: kroute's own counters")
-creq, cbytes = int(k["requests"]), int(k["bytes"])
-print(f"window: generator wrote {creq} Produce requests, {cbytes} bytes through kroute; "
-      f"kroute_requests_total{{api=Produce}} +{preqs:.0f}, kroute_request_bytes_total{{api=Produce}} +{pbytes:.0f}")
+creq, cbytes = int(k["sent_total"]), int(k["sent_bytes_total"])
+areq = total(a, "kroute_requests_total", 'api="Produce"') - total(b, "kroute_requests_total", 'api="Produce"')
+abytes = total(a, "kroute_request_bytes_total", 'api="Produce"') - total(b, "kroute_request_bytes_total", 'api="Produce"')
+print(f"whole producer run: the generator wrote {creq} Produce requests, {cbytes} bytes through kroute; "
+      f"kroute_requests_total{{api=Produce}} +{areq:.0f}, kroute_request_bytes_total{{api=Produce}} +{abytes:.0f}")
 ub = {}
 for key, val in a.items():
     m = re.match(r'kroute_upstream_produce_bytes_total\{.*broker="(\d+)"', key)
@@ -454,14 +498,22 @@ if tot:
 for name in ("kroute_batches_moved_total", "kroute_client_connections_total", "kroute_upstream_connect_failures_total",
              "kroute_upstream_disconnects_total", "kroute_client_protocol_errors_total"):
     print(f"whole producer run: {name} +{total(a, name) - total(b, name):.0f}")
-if creq == 0 or abs(preqs - creq) > 0.02 * creq:
-    fails.append(f"kroute counted {preqs:.0f} Produce requests in the window, the generator wrote {creq}")
-if cbytes == 0 or abs(pbytes - cbytes) > 0.02 * cbytes:
-    fails.append(f"kroute counted {pbytes:.0f} Produce bytes in the window, the generator wrote {cbytes}")
+if creq == 0 or areq != creq:
+    fails.append(f"kroute counted {areq:.0f} Produce requests, the generator wrote {creq} through it")
+if cbytes == 0 or abytes != cbytes:
+    fails.append(f"kroute counted {abytes:.0f} Produce bytes, the generator wrote {cbytes} through it")
 for s in ("direct", "kroute"):
     v = sides[s]
     if int(v["errors"]) or int(v["failures"]):
         fails.append(f"{s}: {v['errors']} error answers ({v['error_codes']}), {v['failures']} producer failures")
+offs = [int(l.strip().rsplit(":", 1)[1]) for l in open(f"{out}/offsets.txt") if l.count(":") >= 2]
+acked = sum(int(sides[s]["acked_total"]) for s in sides)
+records = int(sys.argv[8])
+print(f"records on the brokers (end offsets of {len(offs)} partitions): {sum(offs)}; acknowledged to the generator "
+      f"(both sides, whole run): {acked} requests x {records} = {acked * records}; per partition: "
+      f"min {min(offs) if offs else 0}, max {max(offs) if offs else 0}, mean {sum(offs) / max(len(offs), 1):.0f}")
+if sum(offs) < acked * records:
+    fails.append(f"the brokers hold {sum(offs)} records, {acked * records} were acknowledged")
 if prod_rc:
     fails.append(f"the generator exited with {prod_rc}")
 print()

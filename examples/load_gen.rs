@@ -28,19 +28,22 @@
 //! most 5 in flight, as Kafka clients do by default). Latency is per request, from the moment it is
 //! written to the moment its response is read. Producers start during the first second; the
 //! first `--warmup` seconds are not counted; then stdout gets `window-start`, `--seconds` later
-//! `window-end`, and the producers stop (answers still owed are awaited for up to 10 s). Only
+//! `window-end`, and the producers stop (answers still owed are awaited for up to 10 s; the
+//! process stays at least 2 s more, so the caller can sample it). Only
 //! requests written inside the window count. Then one line per side:
 //!
 //! ```text
 //! side=kroute producers=1000 requests=120000 bytes=134280000 errors=0 error_codes= late_sends=0
-//!   mean_ms=1.93 p50_ms=1.40 p90_ms=3.10 p99_ms=9.80 p999_ms=21.00 max_ms=48.20
+//!   failures=0 sent_total=140000 sent_bytes_total=156660000 acked_total=140000 mean_ms=1.93 p50_ms=1.40 p90_ms=3.10 p99_ms=9.80 p999_ms=21.00 max_ms=48.20
 //! ```
 //!
 //! (one line), where `bytes` are the Produce request frames written (size prefix included),
 //! `errors` the partitions answered with an error code (their codes and counts in
 //! `error_codes`, e.g. `6:3`), `late_sends` the requests written more than one period after
 //! their scheduled time (the generator itself falling behind: its machine is too busy, or 5
-//! requests were in flight), and the percentiles exact ones over every request's latency
+//! requests were in flight), `sent_total` / `sent_bytes_total` the requests and bytes written
+//! over the whole run (warm-up included), `acked_total` the requests answered without an error
+//! over the whole run (what the topic must hold), and the percentiles exact ones over every request's latency
 //! (sorted, the value at rank ceil(p x count)). Exit status 1 if a connection failed or an answer
 //! was missing (printed to stderr).
 //!
@@ -464,6 +467,11 @@ struct SideStats {
     error_codes: std::sync::Mutex<BTreeMap<i16, u64>>,
     /// Requests never answered, connections lost (whole run).
     failures: AtomicU64,
+    /// Requests answered without an error, whole run (warm-up and drain included).
+    acked: AtomicU64,
+    /// Requests and bytes written, whole run.
+    sent_total: AtomicU64,
+    sent_bytes_total: AtomicU64,
     /// The first error answer, with the broker's message.
     first_error: std::sync::Mutex<Option<String>>,
 }
@@ -646,9 +654,12 @@ async fn produce(a: ProduceArgs) -> anyhow::Result<bool> {
     println!("window-start");
     tokio::time::sleep_until((start + window.to).into()).await;
     println!("window-end");
+    // alive at least 2 s more, so the caller can still sample this process after `window-end`
+    let linger = tokio::time::sleep(Duration::from_secs(2));
     for t in tasks {
         let _ = t.await;
     }
+    linger.await;
     let mut ok = true;
     for (name, st) in &stats {
         let mut lat = std::mem::take(&mut *st.latencies_us.lock().unwrap());
@@ -663,7 +674,7 @@ async fn produce(a: ProduceArgs) -> anyhow::Result<bool> {
         };
         println!(
             "side={name} producers={} requests={} bytes={} errors={errors} error_codes={} \
-             late_sends={} failures={} mean_ms={mean:.3} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} \
+             late_sends={} failures={} sent_total={} sent_bytes_total={} acked_total={} mean_ms={mean:.3} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} \
              p999_ms={:.3} max_ms={:.3}",
             a.producers,
             st.requests.load(Ordering::Relaxed),
@@ -671,6 +682,9 @@ async fn produce(a: ProduceArgs) -> anyhow::Result<bool> {
             codes.join(","),
             st.late_sends.load(Ordering::Relaxed),
             st.failures.load(Ordering::Relaxed),
+            st.sent_total.load(Ordering::Relaxed),
+            st.sent_bytes_total.load(Ordering::Relaxed),
+            st.acked.load(Ordering::Relaxed),
             pct(&lat, 0.50),
             pct(&lat, 0.90),
             pct(&lat, 0.99),
@@ -800,6 +814,9 @@ async fn write_requests(
             counted,
         });
         wr.write_all(&bytes).await.context("writing a Produce")?;
+        st.sent_total.fetch_add(1, Ordering::Relaxed);
+        st.sent_bytes_total
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if counted {
             st.requests.fetch_add(1, Ordering::Relaxed);
             st.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -844,6 +861,15 @@ async fn read_answers(
                         .or_default() += 1;
                 }
             }
+        }
+        if answered == 1
+            && resp
+                .responses
+                .iter()
+                .flat_map(|t| &t.partition_responses)
+                .all(|p| p.error_code == 0)
+        {
+            st.acked.fetch_add(1, Ordering::Relaxed);
         }
         if answered != 1 {
             bail!("a Produce answer names {answered} partitions, not 1");
