@@ -120,6 +120,11 @@
 #   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, cap/, pki/, mode,
 #                         secured
 #                         (default <repo>/target/cluster)
+#   KROUTE_CLUSTER_PORT_OFFSET  N (default 0): every port above + N (controller, brokers, relays,
+#                         secured listeners and their relays), for a second cluster next to the
+#                         default one; give it its own KROUTE_CLUSTER_DIR too, and pass the same
+#                         offset to every later command on that cluster (e.g. 2000: controller
+#                         21091, brokers 21092..21094, relays 21192..21194, SSL 21301..)
 #   KROUTE_CLUSTER_MODE   direct or relayed: the mode `start` uses when given no flag
 #   KROUTE_CLUSTER_SECURED  1 or yes: `start` behaves as with --secured
 #   KROUTE_DELAY_RELAY    delay_relay binary (default
@@ -136,13 +141,17 @@ LIB=${KROUTE_CACHE:-$HOME/.cache/kroute/kafka-lib-$KAFKA_VERSION}
 STATE=${KROUTE_CLUSTER_DIR:-$REPO_DIR/target/cluster}
 START_TIMEOUT=${KROUTE_START_TIMEOUT:-90}
 JAVA=${JAVA:-java}
+PORT_OFFSET=${KROUTE_CLUSTER_PORT_OFFSET:-0}
+[[ $PORT_OFFSET =~ ^[0-9]{1,5}$ ]] && [ $((10#$PORT_OFFSET)) -le 40000 ] ||
+  { echo "cluster.sh: KROUTE_CLUSTER_PORT_OFFSET must be an integer 0..40000 (got '$PORT_OFFSET')" >&2; exit 2; }
+PORT_OFFSET=$((10#$PORT_OFFSET))
 
 HOST=127.0.0.1
 CONTROLLER_ID=100
-CONTROLLER_PORT=19091
+CONTROLLER_PORT=$((19091 + PORT_OFFSET))
 BROKERS=(1 2 3)
-DIRECT_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
-RELAYED_BOOTSTRAP=127.0.0.1:19192,127.0.0.1:19193,127.0.0.1:19194
+DIRECT_BOOTSTRAP=127.0.0.1:$((19092 + PORT_OFFSET)),127.0.0.1:$((19093 + PORT_OFFSET)),127.0.0.1:$((19094 + PORT_OFFSET))
+RELAYED_BOOTSTRAP=127.0.0.1:$((19192 + PORT_OFFSET)),127.0.0.1:$((19193 + PORT_OFFSET)),127.0.0.1:$((19194 + PORT_OFFSET))
 MODE_FILE=$STATE/mode
 SECURED_FILE=$STATE/secured
 PKI=$STATE/pki
@@ -163,7 +172,7 @@ set_mode "$MODE"
 # relay: base + N + RELAY_OFFSET) and the key of its address list in `cluster.sh secured`
 SEC_NAMES=(SSL MTLS SASL_PLAINTEXT SASL_SSL REAUTH)
 SEC_PROTOCOLS=(SSL SSL SASL_PLAINTEXT SASL_SSL SASL_SSL)
-SEC_BASES=(19300 19310 19320 19330 19340)
+SEC_BASES=($((19300 + PORT_OFFSET)) $((19310 + PORT_OFFSET)) $((19320 + PORT_OFFSET)) $((19330 + PORT_OFFSET)) $((19340 + PORT_OFFSET)))
 SEC_KEYS=(ssl mtls sasl_plaintext sasl_ssl reauth)
 RELAY_OFFSET=1000
 SASL_USERS=(alice bob kroute admin)   # password: NAME-secret
@@ -184,12 +193,12 @@ TOOL_JVM_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.pref
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 say() { echo "cluster.sh: $*" >&2; }   # progress goes to stderr; stdout is for results
 
-node_port() { if [ "$1" = "$CONTROLLER_ID" ]; then echo "$CONTROLLER_PORT"; else echo $((19091 + $1)); fi; }
+node_port() { if [ "$1" = "$CONTROLLER_ID" ]; then echo "$CONTROLLER_PORT"; else echo $((19091 + PORT_OFFSET + $1)); fi; }
 node_conf() { echo "$STATE/config/node$1.properties"; }
 node_pidfile() { echo "$STATE/pids/node$1.pid"; }
 node_log() { echo "$STATE/logs/node$1.log"; }
 all_nodes() { echo "$CONTROLLER_ID" "${BROKERS[@]}"; }
-relay_port() { echo $((19191 + $1)); }   # broker N's delay_relay (relayed mode): 19192..19194
+relay_port() { echo $((19191 + PORT_OFFSET + $1)); }   # broker N's delay_relay (relayed mode): 19192..19194
 advertised_port() { if [ "$MODE" = relayed ]; then relay_port "$1"; else node_port "$1"; fi; }
 sec_port() { echo $((SEC_BASES[$1] + $2)); }  # SECURED_LISTENER_INDEX BROKER
 sec_advertised_port() { # SECURED_LISTENER_INDEX BROKER
