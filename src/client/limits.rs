@@ -117,7 +117,7 @@ impl Limits {
             self.metrics.refused_max_connections.increment(1);
             if let Some(also) = self.logs.refused_total.due() {
                 warn!(%peer, limit = self.max_connections, also_refused = also,
-                    "client connection refused: limits.max_connections reached (also_refused: since the last such line)");
+                    "client connection refused: limits.max_connections reached");
             }
             return None;
         }
@@ -131,7 +131,7 @@ impl Limits {
                 self.metrics.refused_per_ip.increment(1);
                 if let Some(also) = self.logs.refused_per_ip.due() {
                     warn!(%peer, limit = self.max_connections_per_ip, also_refused = also,
-                        "client connection refused: limits.max_connections_per_ip reached (also_refused: since the last such line)");
+                        "client connection refused: limits.max_connections_per_ip reached");
                 }
                 return None;
             }
