@@ -8,6 +8,7 @@
 #   FUZZ_SECONDS=600 scripts/fuzz-smoke.sh rewrite_metadata    # a longer run
 #
 # FUZZ_SANITIZER: address (the default when the toolchain ships the ASan runtime) or none.
+# FUZZ_QUICK_BUILD=1: a quicker, less optimized build (what scripts/test.sh uses).
 # New inputs go to a temporary corpus; the seeds in fuzz/corpus/<target>/ are only read.
 # A crash leaves its input in fuzz/artifacts/<target>/; replay it with
 #   RUSTC_BOOTSTRAP=1 cargo fuzz run -O -a -s <sanitizer> <target> fuzz/artifacts/<target>/<file>
@@ -35,6 +36,11 @@ fi
 
 # -O: release; -a: debug assertions (and so overflow checks) on.
 flags=(-O -a --sanitizer "$sanitizer")
+# FUZZ_QUICK_BUILD=1 (scripts/test.sh): opt-level 1 and no debug info, for a cold build in about
+# half the time; fewer executions per second, plenty for a smoke.
+if [ "${FUZZ_QUICK_BUILD:-0}" = 1 ]; then
+  export CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0
+fi
 start=$(date +%s)
 cargo fuzz build "${flags[@]}"
 built=$(date +%s)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every kroute test: unit tests, then integration tests that run kroute as a process in
-# front of a real 3-broker Apache Kafka cluster with real clients (Java, librdkafka).
+# front of a real 3-broker Apache Kafka cluster with real clients (Java, librdkafka), then a
+# fuzz smoke of every decoder (scripts/fuzz-smoke.sh).
 #
 # The cluster runs in "relayed" mode (see scripts/cluster.sh): each broker advertises a delaying
 # relay in front of it, so the routing tests can make one broker slow for every client; and
@@ -45,3 +46,10 @@ export KROUTE_TEST_CLUSTER
 tests/java/build.sh >/dev/null
 tests/go/build.sh
 cargo test --all-targets "$@"
+
+# The fuzz smoke (docs/hardening.md, "Fuzzing"): a few seconds of libFuzzer per decoder, with the
+# memory bound of each, on a quicker build (opt-level 1: about half the cold compile of -O).
+# Run with the whole suite only: arguments select cargo tests.
+if [ $# -eq 0 ]; then
+  FUZZ_SECONDS=${FUZZ_SECONDS:-3} FUZZ_QUICK_BUILD=1 scripts/fuzz-smoke.sh
+fi
