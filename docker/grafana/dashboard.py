@@ -338,6 +338,20 @@ def build():
         ],
     )
     d.timeseries(
+        "Client limits",
+        "Per second: connections refused at accept (limits.max_connections, "
+        "max_connections_per_ip), reads paused at a buffered-bytes or in-flight limit, "
+        "connections closed for a stalled partial request or idleness; and the bytes client "
+        "connections hold, in MiB (kroute_client_buffered_bytes).",
+        "short",
+        [
+            (rate("kroute_client_connections_refused_total", by=["reason"]), "refused/s {{reason}}"),
+            (rate("kroute_client_read_pauses_total", by=["limit"]), "paused/s {{limit}}"),
+            (rate("kroute_client_timeouts_total", by=["reason"]), "closed/s {{reason}}"),
+            (f"sum(kroute_client_buffered_bytes{{{SEL}}}) / 1048576", "buffered MiB"),
+        ],
+    )
+    d.timeseries(
         "Upstream connect failures and disconnects",
         "Per second, by broker: connections that could not be opened (TCP, TLS or SASL) and "
         "connections that ended with requests in flight.",
