@@ -3,7 +3,7 @@
 # connection costs kroute (and an L4 relay), kroute's CPU per GB produced, and the latency kroute
 # adds for the producers (the same producers straight to the brokers, side by side in one run).
 #
-#   bench/load.sh                                      full run (~6 minutes on 2 cores, plus builds)
+#   bench/load.sh                                      full run (~4 minutes on 2 cores, plus builds)
 #   LOAD_IDLE=1000 LOAD_PRODUCERS=100 LOAD_SECONDS=20 bench/load.sh      quick check (~1.5 minutes)
 #
 # Needs the local cluster running in relayed mode (scripts/cluster.sh start --relayed; it is used as
