@@ -4,7 +4,8 @@
 //! [`listener`] accepts -> [`client`] reads frames and keeps replies in order -> [`route`]
 //! decides what the request needs -> [`upstream`] sends it to the broker and matches the answer
 //! -> [`rewrite`] replaces broker addresses -> back to [`client`].
-//! Shared by all connections: [`cluster`] (the brokers), [`metrics`], [`config`].
+//! Shared by all connections: [`cluster`] (the brokers), [`metrics`], [`config`];
+//! [`open_files`] raises the descriptor limit connections need.
 //! [`security`] secures the connections at both ends (TLS, mTLS, SASL).
 //! [`lag`] judges consumer groups' lag with Burrow's rules and estimates it in seconds.
 
@@ -15,6 +16,7 @@ pub mod config;
 pub mod lag;
 pub mod listener;
 pub mod metrics;
+pub mod open_files;
 pub mod protocol;
 pub mod proxy;
 pub mod rewrite;

@@ -143,6 +143,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (admin.listen)", config.admin.listen))?;
     info!(address = %admin_listener.local_addr()?, "admin endpoint ready");
 
+    kroute::open_files::raise(config.limits.max_connections);
     let proxy = Proxy::new(config, Metrics::new()).map_err(|e| anyhow::anyhow!("security: {e}"))?;
     tokio::spawn(admin::serve(admin_listener, handle, proxy.clone()));
     tokio::spawn(refresh_metadata(proxy.clone()));
