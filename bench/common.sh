@@ -30,3 +30,14 @@ kafka=${KROUTE_KAFKA_VERSION:-4.1.2}
 java=$(java -version 2>&1 | head -n 1)
 EOF
 }
+
+# poll TRIES INTERVAL CMD...: runs CMD until it succeeds, at most TRIES times, INTERVAL s apart.
+poll() {
+  local tries=$1 interval=$2 i
+  shift 2
+  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
+  return 1
+}
+
+# port_open HOST PORT: whether something accepts connections there.
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }

@@ -51,6 +51,8 @@
 # On exit: stops its kroutes and committer, deletes its groups and topics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+source bench/common.sh
 REPO=$PWD
 
 PARTITIONS=${BENCH_PARTITIONS:-50}
@@ -114,12 +116,6 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-poll() { # TRIES INTERVAL CMD...
-  local tries=$1 interval=$2 i; shift 2
-  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
-  return 1
-}
-port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://${KR_ADMIN[$1]}/ready" 2>/dev/null; }
 scrape() { curl -fsS --max-time 20 "http://${KR_ADMIN[$1]}/metrics"; } # KROUTE
 value() { # FILE NAME [LABEL-SUBSTRING]: a series' value (sum of the matching series; 0 if none)
@@ -389,8 +385,6 @@ per_round=$(awk -F'\t' '{ v[$1 "/" $2] = $4 } END { for (r = 1; ("" r "/on") in 
 # ---------------------------------------------------------------------------------------------
 # report
 
-# shellcheck source=bench/common.sh
-source bench/common.sh
 export IDENTITY_PATHS=examples/lag_cost.rs  # read by bench_identity
 bench_identity bench/lag_cost.sh
 meta=$(bench_machine_meta)

@@ -81,6 +81,8 @@
 # scrapes, rss.tsv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+source bench/common.sh
 REPO=$PWD
 
 IDLE=${LOAD_IDLE:-9000}
@@ -148,12 +150,6 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-poll() { # TRIES INTERVAL CMD...
-  local tries=$1 interval=$2 i; shift 2
-  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
-  return 1
-}
-port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://$KR_ADMIN/ready" 2>/dev/null; }
 scrape() { curl -fsS --max-time 10 "http://$KR_ADMIN/metrics" >"$1" || die "cannot read kroute's metrics"; }
 metric() { # FILE NAME: the sum of NAME's samples
@@ -390,8 +386,6 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 # ---------------------------------------------------------------------------------------------
 # report
 
-# shellcheck source=bench/common.sh
-source bench/common.sh
 # shellcheck disable=SC2034 # read by bench_identity
 IDENTITY_PATHS="examples/load_gen.rs bench/load.sh"
 bench_identity bench/load.sh

@@ -71,6 +71,8 @@
 # running and stops it again at the end only if it started it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+source bench/common.sh
 REPO=$PWD
 
 ROUNDS=${BENCH_ROUNDS:-5}
@@ -179,11 +181,6 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-poll() { # TRIES INTERVAL CMD...: run CMD until it succeeds, at most TRIES times
-  local tries=$1 interval=$2 i; shift 2
-  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
-  return 1
-}
 
 metric() { # NAME API: value of a kroute counter (0 if not yet present)
   curl -fsS --max-time 5 "http://$KROUTE_ADMIN/metrics" |
@@ -215,7 +212,6 @@ no_relay_children() { [ "$(relay_children)" = 0 ]; }
 veth_rx() { if [ "$RELAY" = 1 ]; then cat "/sys/class/net/$VETH_HOST/statistics/rx_bytes"; else echo 0; fi; }
 
 kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://$KROUTE_ADMIN/ready" 2>/dev/null; }
-port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 ns_port_open() { ip netns exec "$NS" bash -c "(exec 3<>/dev/tcp/$1/$2) 2>/dev/null"; }
 
 # ---------------------------------------------------------------------------------------------
@@ -497,8 +493,6 @@ cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 # ---------------------------------------------------------------------------------------------
 # report
 
-# shellcheck source=bench/common.sh
-source bench/common.sh
 bench_identity bench/passthrough.sh
 BENCH_META=$(cat <<EOF
 $(bench_machine_meta)

@@ -129,6 +129,8 @@
 # slow broker to 0, deletes the topics it created.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+source bench/common.sh
 REPO=$PWD
 
 ROUNDS=${BENCH_ROUNDS:-2}
@@ -239,12 +241,6 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-poll() { # TRIES INTERVAL CMD...
-  local tries=$1 interval=$2 i; shift 2
-  for ((i = 0; i < tries; i++)); do "$@" && return 0; sleep "$interval"; done
-  return 1
-}
-port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://${KR_ADMIN[$1]}/ready" 2>/dev/null; }
 scrape() { # KROUTE FILE
   curl -fsS --max-time 5 "http://${KR_ADMIN[$1]}/metrics" >"$2" || die "cannot read kroute-$1 metrics"
@@ -508,8 +504,6 @@ cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 # ---------------------------------------------------------------------------------------------
 # report
 
-# shellcheck source=bench/common.sh
-source bench/common.sh
 if [ "$CLIENT" = librdkafka ]; then IDENTITY_PATHS=examples/rdkafka_perf.rs; fi
 bench_identity bench/routing.sh
 layouts=$(for s in "${SCENARIOS[@]}"; do printf '%s=%s;' "$s" "${LAYOUT[$s]}"; done)
