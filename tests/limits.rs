@@ -86,33 +86,6 @@ fn log_lines(kroute: &Kroute, part: &str) -> usize {
     kroute.logs().iter().filter(|l| l.contains(part)).count()
 }
 
-/// The kroute process this test binary runs (one at a time, see [`serial`]): its RSS in bytes.
-fn kroute_rss() -> u64 {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let path = entry.path();
-        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...
-        let after_comm = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
-        let ppid = after_comm.split_whitespace().nth(1).unwrap_or("");
-        let exe = std::fs::read_link(path.join("exe")).unwrap_or_default();
-        if ppid == me && exe.file_name().is_some_and(|n| n == "kroute") {
-            found.push(path);
-        }
-    }
-    assert_eq!(found.len(), 1, "kroute processes of this test: {found:?}");
-    let status = std::fs::read_to_string(found[0].join("status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
-}
-
 const MIB: f64 = 1024.0 * 1024.0;
 
 #[test]
@@ -349,7 +322,7 @@ fn a_client_that_never_reads_stops_being_read_and_others_keep_working() {
     );
     let fetches = || kroute.metric("kroute_requests_total", &["api=\"Fetch\""]);
     let buffered = || kroute.metric("kroute_client_buffered_bytes", &[]);
-    let rss_before = kroute_rss();
+    let rss_before = rss_bytes(kroute.pid());
 
     // Two clients pipeline 200 Fetches each (200 MiB of answers each) and never read.
     let broker1 = format!("127.0.0.1:{}", kroute.port_base + 1);
@@ -385,7 +358,7 @@ fn a_client_that_never_reads_stops_being_read_and_others_keep_working() {
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(3) {
         peak = peak.max(buffered());
-        rss_peak = rss_peak.max(kroute_rss());
+        rss_peak = rss_peak.max(rss_bytes(kroute.pid()));
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(fetches(), stalled_fetches, "kroute kept forwarding Fetches");
