@@ -19,7 +19,7 @@
 #   jl  Java producer (bench/soak/SoakProducer.java, client defaults: idempotent, acks=all), keyless -> soak-keyless
 #   jk  Java producer, keyed (SOAK_KEYS keys)                                                        -> soak-keyed
 #   rl  librdkafka producer (examples/soak_rdkafka.rs, enable.idempotence=true; debug=eos, of which
-#       it logs the DUPSEQ lines: batches answered DUPLICATE_SEQUENCE_NUMBER), keyless          -> soak-keyless
+#       it logs the lines on idempotence errors, e.g. DUPSEQ), keyless                           -> soak-keyless
 #   rk  librdkafka producer, keyed                                                                 -> soak-keyed
 #   one Java consumer process (bench/soak/SoakConsumer.java) with SOAK_CONSUMERS members in
 #   group soak-group on both topics, committing after every poll.
@@ -39,10 +39,12 @@
 #   kroute-term   SIGTERM kroute (must exit 0 after its drain), start it again
 #   kroute-kill   SIGKILL kroute, start it again
 # A broker kill or a reassignment starts only when no partition is under-replicated (so at most
-# one replica of a partition is ever missing: no acknowledged record may be lost). kroute faults alternate with the others, and happen only before the RSS window (the
-# last SOAK_RSS_WINDOW_MINUTES, default min(20, SOAK_MINUTES/2), minus a warm-up of min(2 min, window/4)), so
-# the RSS of one kroute process is judged over the window. The schedule (fault kinds, brokers,
-# gaps, delays) comes from bash's RANDOM seeded with SOAK_SEED; timings differ between replays.
+# one replica of a partition is ever missing: no acknowledged record may be lost). kroute faults
+# alternate with the others, and happen only before the RSS window (the last
+# SOAK_RSS_WINDOW_MINUTES, default 20 or 2/3 of a shorter run) minus a warm-up of min(2 min,
+# window/4), so the RSS of one kroute process is judged over the window. The schedule (fault
+# kinds, brokers, gaps, delays) comes from bash's RANDOM seeded with SOAK_SEED; timings, and so
+# where the schedule ends, differ between replays.
 #
 # After SOAK_MINUTES: the chaos stops, the producers stop and flush, the consumers read up to
 # the end offsets, kroute gets a final SIGTERM. bench/soak/check.py then checks (exit 1 if one
@@ -65,7 +67,7 @@
 #   SOAK_MINUTES [30]  SOAK_SEED [random]  SOAK_PORT_OFFSET [2000]  SOAK_RATE records/s per
 #   producer [100]  SOAK_VALUE_BYTES [200]  SOAK_KEYS keys per keyed producer [16]
 #   SOAK_CONSUMERS group members [3]  SOAK_GAP_MIN / SOAK_GAP_MAX seconds between faults [5 / 25]
-#   SOAK_RSS_WINDOW_MINUTES [min(20, SOAK_MINUTES/2)]  SOAK_BUILD 1 = cargo build first [1]
+#   SOAK_RSS_WINDOW_MINUTES [20, or 2/3 of SOAK_MINUTES if shorter]  SOAK_BUILD 1 = cargo build first [1]
 #   SOAK_KEEP_CLUSTER [0]  KROUTE_BIN, SOAK_RDKAFKA_BIN (used instead of building)
 #   SOAK_PRODUCERS which of the producers above run [jl jk rl rk]
 set -euo pipefail
@@ -99,7 +101,7 @@ if [ -n "${SOAK_RSS_WINDOW_MINUTES:-}" ]; then
   [[ $SOAK_RSS_WINDOW_MINUTES =~ ^[0-9]+$ ]] || { echo "soak: SOAK_RSS_WINDOW_MINUTES must be an integer" >&2; exit 2; }
   WINDOW_S=$((SOAK_RSS_WINDOW_MINUTES * 60))
 else
-  WINDOW_S=$((MINUTES * 30 < 1200 ? MINUTES * 30 : 1200))
+  WINDOW_S=$((MINUTES * 40 < 1200 ? MINUTES * 40 : 1200))   # 20 min, or 2/3 of a shorter run
 fi
 
 # the soak cluster: every scripts/cluster.sh call of this script (and its children) goes to it

@@ -20,8 +20,9 @@
 //! - `a <id> <partition> <offset> <send_ms> <ack_ms>`: acknowledged (offset -1: unknown);
 //! - `f <id> <send_ms> <fail_ms> <error>`: failed (spaces in the error are `_`);
 //! - `e <ms> <error>`: a client error event or a librdkafka log line at warning level or above;
-//! - `d <ms> DUPSEQ:<text>`: with `debug=eos`, librdkafka's debug line for a batch it marks
-//!   delivered because the answer was DUPLICATE_SEQUENCE_NUMBER (offset -1001 in its `a` lines);
+//! - `d <ms> <FAC>:<text>`: with `debug=eos`, librdkafka's debug lines on idempotence errors
+//!   (DUPSEQ: a batch it marks delivered because the answer was DUPLICATE_SEQUENCE_NUMBER;
+//!   ERRSEQ, ERRPID, UNKPID);
 //! - `done sent=N acked=N failed=N txretries=N epoch_cnt=N`: last line, after the final flush
 //!   (up to 180 s; records still undelivered then are purged: `f` lines with librdkafka's
 //!   `Purged in queue` / `Purged in flight`, after an `e` line `flush_timeout_after_180s`).
@@ -95,9 +96,9 @@ impl ClientContext for Soak {
                 now_ms(),
                 clean(log_message)
             ));
-        } else if fac == "DUPSEQ" {
-            // with debug=eos: a batch librdkafka marks delivered because the answer was
-            // DUPLICATE_SEQUENCE_NUMBER (its records get offset -1001)
+        } else if matches!(fac, "DUPSEQ" | "ERRSEQ" | "ERRPID" | "UNKPID") {
+            // with debug=eos: librdkafka's decisions on idempotence errors (DUPSEQ: a batch it
+            // marks delivered because the answer was DUPLICATE_SEQUENCE_NUMBER)
             self.line(&format!("d {} {fac}:{}", now_ms(), clean(log_message)));
         }
     }

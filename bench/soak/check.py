@@ -155,7 +155,7 @@ def main():
     failed = {}  # id -> (prefix, send_ms, fail_ms, err)
     client_events = []  # (ms, client, kind ERROR|WARN, text)
     done = {}
-    dupseq = []  # librdkafka DUPSEQ debug lines: (ms, prefix, text)
+    dupseq = []  # librdkafka debug lines on idempotence errors: (ms, prefix, text)
     for path in sorted(glob.glob(os.path.join(run, "producer-*.log"))):
         prefix = os.path.basename(path)[len("producer-"):-len(".log")]
         for line in read_lines(path):
@@ -406,7 +406,8 @@ def main():
     lost_dupseq = sum(1 for rid in lost if acked[rid][2] == -1001)
     p(f"- acknowledged with offset -1001 (librdkafka: the answer was DUPLICATE_SEQUENCE_NUMBER, which it "
       f"takes for delivered): {', '.join(f'{k} {v}' for k, v in sorted(acked_dupseq.items())) or 'none'} "
-      f"(of them lost: {lost_dupseq}); librdkafka DUPSEQ debug lines: {len(dupseq)}")
+      f"(of them lost: {lost_dupseq}); librdkafka debug lines on idempotence errors (DUPSEQ, ERRSEQ, ERRPID, UNKPID): "
+      f"{len(dupseq)}")
     p(f"- keyed: {len(key_parts)} keys, each in one partition: {'yes' if not split_keys else 'NO'}; "
       f"order violations per key: {len(order_violations)}")
     if lost:
@@ -417,7 +418,7 @@ def main():
             p(f"- {rid} {a[0]} p{a[1]} o{a[2]} sent {a[3]} acked {a[4]} ({fault_at(a[3])})")
     if dupseq:
         p("")
-        p("librdkafka DUPSEQ lines (first 10): ms, producer, text:")
+        p("librdkafka idempotence debug lines (first 10): ms, producer, text:")
         for d in sorted(dupseq)[:10]:
             p(f"- {d[0]} ({fault_at(d[0])}) {d[1]}: {d[2][:300]}")
     if dup_unattr_examples:
