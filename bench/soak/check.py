@@ -404,8 +404,8 @@ def main():
       f"{', '.join(f'{k} {v}' for k, v in sorted(acked_unknown_offset.items())) or 'none'}; "
       f"of them keyed (base offset -1 for a batch that did not move): {keyed_moved}")
     lost_dupseq = sum(1 for rid in lost if acked[rid][2] == -1001)
-    p(f"- acknowledged with offset -1001 (librdkafka: the answer was DUPLICATE_SEQUENCE_NUMBER, which it "
-      f"takes for delivered): {', '.join(f'{k} {v}' for k, v in sorted(acked_dupseq.items())) or 'none'} "
+    p(f"- acknowledged with offset -1001 (RD_KAFKA_OFFSET_INVALID: librdkafka reported them delivered "
+      f"without taking an offset from any answer): {', '.join(f'{k} {v}' for k, v in sorted(acked_dupseq.items())) or 'none'} "
       f"(of them lost: {lost_dupseq}); librdkafka debug lines on idempotence errors (DUPSEQ, ERRSEQ, ERRPID, UNKPID): "
       f"{len(dupseq)}")
     p(f"- keyed: {len(key_parts)} keys, each in one partition: {'yes' if not split_keys else 'NO'}; "
