@@ -96,9 +96,14 @@ impl ClientContext for Soak {
                 now_ms(),
                 clean(log_message)
             ));
-        } else if matches!(fac, "DUPSEQ" | "ERRSEQ" | "ERRPID" | "UNKPID") {
+        } else if matches!(
+            fac,
+            "DUPSEQ" | "ERRSEQ" | "ERRPID" | "UNKPID" | "IMPLICITACK"
+        ) {
             // with debug=eos: librdkafka's decisions on idempotence errors (DUPSEQ: a batch it
-            // marks delivered because the answer was DUPLICATE_SEQUENCE_NUMBER)
+            // marks delivered because the answer was DUPLICATE_SEQUENCE_NUMBER; IMPLICITACK:
+            // earlier messages it marks delivered because a later batch of their partition was
+            // acknowledged, S1 in docs/hardening.md)
             self.line(&format!("d {} {fac}:{}", now_ms(), clean(log_message)));
         }
     }
