@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
-use tokio::sync::watch;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+use tokio::sync::{Notify, watch};
 
 use crate::rewrite::SeenBroker;
 use crate::upstream::ask::{Ask, exchange};
@@ -67,6 +68,8 @@ pub struct ClusterView {
     changes: watch::Sender<u64>,
     refreshed_once: AtomicBool,
     next_bootstrap: AtomicUsize,
+    /// Wakes kroute's own metadata refresh early ([`ClusterView::stale`]).
+    stale: Notify,
 }
 
 impl Default for ClusterView {
@@ -83,7 +86,27 @@ impl ClusterView {
             changes: watch::channel(0).0,
             refreshed_once: AtomicBool::new(false),
             next_bootstrap: AtomicUsize::new(0),
+            stale: Notify::new(),
         }
+    }
+
+    /// Says the view may be out of date (a broker went away with requests of kroute's own in
+    /// flight, or a partition kroute resends to has no known leader): kroute's metadata
+    /// refresh runs soon rather than at its next period. kroute cannot count on clients to
+    /// refresh for it: an error kroute reports them (REQUEST_TIMED_OUT) makes none of them ask.
+    pub fn stale(&self) {
+        self.stale.notify_one();
+    }
+
+    /// Resolves when [`ClusterView::stale`] was called since the last time.
+    pub async fn went_stale(&self) {
+        self.stale.notified().await;
+    }
+
+    /// The topics whose layouts kroute knows (learnt from clients' Metadata answers), to keep
+    /// them current itself.
+    pub fn topic_names(&self) -> Vec<String> {
+        self.topics.iter().map(|t| t.key().clone()).collect()
     }
 
     /// The real address of broker `node_id`.
@@ -142,7 +165,7 @@ impl ClusterView {
         }
     }
 
-    /// Records topic layouts from a relayed Metadata response.
+    /// Records topic layouts from a Metadata response (a client's, or kroute's own).
     pub fn observe_topics(&self, topics: Vec<(String, Option<TopicLayout>)>) {
         for (name, layout) in topics {
             match layout {
@@ -214,9 +237,20 @@ fn join_host_port(host: &str, port: i32) -> String {
 /// Metadata version kroute asks with: present in Kafka 3.x and 4.x.
 pub const METADATA_VERSION: i16 = 12;
 
-/// Asks one broker for the broker list (no topics), over a connection secured as kroute's own.
-pub async fn fetch_brokers(ask: &Ask<'_>) -> anyhow::Result<BTreeMap<i32, String>> {
-    let request = MetadataRequest::default().with_topics(Some(vec![]));
+/// The brokers, and the layouts of the topics asked for, as one broker sees them.
+pub struct Fetched {
+    pub brokers: BTreeMap<i32, String>,
+    pub topics: Vec<(String, Option<TopicLayout>)>,
+}
+
+/// Asks one broker for the broker list and the layouts of `topics`, over a connection secured
+/// as kroute's own.
+pub async fn fetch_metadata(ask: &Ask<'_>, topics: Vec<String>) -> anyhow::Result<Fetched> {
+    let topics = topics
+        .into_iter()
+        .map(|name| MetadataRequestTopic::default().with_name(Some(TopicName(name.into()))))
+        .collect();
+    let request = MetadataRequest::default().with_topics(Some(topics));
     let response: MetadataResponse =
         exchange(ask, ApiKey::Metadata, METADATA_VERSION, &request).await?;
     let brokers: BTreeMap<i32, String> = response
@@ -225,7 +259,27 @@ pub async fn fetch_brokers(ask: &Ask<'_>) -> anyhow::Result<BTreeMap<i32, String
         .map(|b| (b.node_id.0, join_host_port(b.host.as_str(), b.port)))
         .collect();
     anyhow::ensure!(!brokers.is_empty(), "metadata lists no brokers");
-    Ok(brokers)
+    Ok(Fetched {
+        brokers,
+        topics: layouts(&response),
+    })
+}
+
+/// The layout of each topic a Metadata response names: None for one it reports an error for
+/// (e.g. deleted).
+pub fn layouts(response: &MetadataResponse) -> Vec<(String, Option<TopicLayout>)> {
+    response
+        .topics
+        .iter()
+        .filter_map(|topic| {
+            let name = topic.name.as_ref()?;
+            let layout = (topic.error_code == 0).then(|| {
+                let leaders = topic.partitions.iter();
+                TopicLayout::new(leaders.map(|p| (p.partition_index, p.leader_id.0)))
+            });
+            Some((name.to_string(), layout))
+        })
+        .collect()
 }
 
 #[cfg(test)]

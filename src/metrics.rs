@@ -503,6 +503,9 @@ pub struct SequenceMetrics {
     /// OUT_OF_ORDER_SEQUENCE_NUMBER answers passed to the client (the broker's state differs
     /// from kroute's: the client must reset, as it would without kroute).
     pub sequence_errors_passed: Counter,
+    /// Successes reported REQUEST_TIMED_OUT because an earlier batch of the client's partition
+    /// waits for its retry (the client would take them as acknowledging it).
+    pub success_withheld: Counter,
 }
 
 impl SequenceMetrics {
@@ -518,6 +521,7 @@ impl SequenceMetrics {
             joined: outcome("joined"),
             sequence_errors_hidden: outcome("sequence_error_hidden"),
             sequence_errors_passed: outcome("sequence_error_passed"),
+            success_withheld: outcome("success_withheld"),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::client::Shutdown;
-use crate::cluster::{ClusterView, fetch_brokers};
+use crate::cluster::{ClusterView, fetch_metadata};
 use crate::config::Config;
 use crate::lag::LagStore;
 use crate::metrics::Metrics;
@@ -66,7 +66,9 @@ impl Proxy {
     }
 }
 
-/// Keeps the cluster view current with kroute's own Metadata requests, forever.
+/// Keeps the cluster view current with kroute's own Metadata requests, forever: the brokers,
+/// and the layouts of the topics kroute has seen (routing places batches by them, and must not
+/// wait for a client to ask for metadata after a leader moved).
 ///
 /// Tries the known brokers first (rotating), then the configured bootstrap servers. A failure
 /// streak is logged once when it starts and once when it ends.
@@ -86,13 +88,15 @@ pub async fn refresh_metadata(proxy: Arc<Proxy>) {
             .cluster
             .bootstrap_candidates(&config.upstream.bootstrap_servers)
         {
-            match fetch_brokers(&proxy.ask(&addr)).await {
-                Ok(brokers) => {
+            let topics = proxy.cluster.topic_names();
+            match fetch_metadata(&proxy.ask(&addr), topics).await {
+                Ok(fetched) => {
                     if failing {
                         info!(from = %addr, "metadata refresh works again");
                         failing = false;
                     }
-                    proxy.cluster.replace(brokers);
+                    proxy.cluster.replace(fetched.brokers);
+                    proxy.cluster.observe_topics(fetched.topics);
                     last_error = None;
                     break;
                 }
@@ -106,6 +110,15 @@ pub async fn refresh_metadata(proxy: Arc<Proxy>) {
                 failing = true;
             }
         }
-        tokio::time::sleep(config.metadata_refresh()).await;
+        // At the next period, or sooner when the view went stale; not more than a few times
+        // a second, whatever happens.
+        tokio::select! {
+            _ = tokio::time::sleep(config.metadata_refresh()) => {}
+            _ = proxy.cluster.went_stale() => {}
+        }
+        tokio::time::sleep(MIN_REFRESH_GAP.min(config.metadata_refresh())).await;
     }
 }
+
+/// The least time between two of kroute's own metadata refreshes.
+const MIN_REFRESH_GAP: std::time::Duration = std::time::Duration::from_millis(250);

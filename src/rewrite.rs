@@ -195,19 +195,7 @@ pub fn rewrite_response(
         ApiKey::ApiVersions => versions::clamp_api_versions(body, version),
         ApiKey::Metadata => recode(body, version, map, seen, |m: &mut MetadataResponse, p| {
             p.endpoints(&mut m.brokers);
-            for topic in &m.topics {
-                if let Some(name) = &topic.name {
-                    let layout = (topic.error_code == 0).then(|| {
-                        TopicLayout::new(
-                            topic
-                                .partitions
-                                .iter()
-                                .map(|p| (p.partition_index, p.leader_id.0)),
-                        )
-                    });
-                    p.seen.topics.push((name.to_string(), layout));
-                }
-            }
+            p.seen.topics.extend(crate::cluster::layouts(m));
         }),
         ApiKey::DescribeCluster => recode(
             body,

@@ -90,34 +90,98 @@ fn java_default_producer_batches_move_without_sequence_errors() {
     kroute.assert_clean_logs(&[]);
 }
 
+/// Moves the leaders of half the partitions of a topic made by
+/// [`create_topic_two_per_broker`] (even ones on even turns, odd ones on odd turns): rotates
+/// their replica lists (the same replicas, so nothing is copied), then a preferred election
+/// makes each one's new first replica its leader. Batches kroute sends on the other half
+/// meanwhile succeed.
+fn move_leaders(topic: &str, turn: usize) {
+    let steps = turn / 2 + 1;
+    let partitions: Vec<String> = ["1,2,3", "1,3,2", "2,3,1", "2,1,3", "3,1,2", "3,2,1"]
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| p % 2 == turn % 2)
+        .map(|(p, replicas)| {
+            let mut r: Vec<&str> = replicas.split(',').collect();
+            r.rotate_left(steps % 3);
+            let r = r.join(",");
+            format!(r#"{{"topic":"{topic}","partition":{p},"replicas":[{r}]}}"#)
+        })
+        .collect();
+    let plan = std::env::temp_dir().join(format!("{topic}-move-{turn}.json"));
+    let json = format!(r#"{{"version":1,"partitions":[{}]}}"#, partitions.join(","));
+    std::fs::write(&plan, json).expect("write the reassignment");
+    let bootstrap = cluster(&["bootstrap"]);
+    let tool = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand";
+    let plan_arg = plan.to_string_lossy();
+    let args = [
+        "--bootstrap-server",
+        bootstrap.trim(),
+        "--reassignment-json-file",
+        &plan_arg,
+    ];
+    cluster(&[&["tool", tool], &args[..], &["--execute"]].concat());
+    cluster(&["elect-leaders"]);
+    let _ = std::fs::remove_file(plan);
+}
+
 /// librdkafka's idempotent producer checks its own sequence bookkeeping strictly (an
-/// unexpected sequence error is fatal to it): through kroute its keyless batches move too.
+/// unexpected sequence error is fatal to it), and takes a partition's later batch acknowledged
+/// as proof that its earlier batches are appended: earlier messages waiting for a retry are
+/// reported delivered without being sent again (its "implicit ack"). Through kroute a later
+/// batch may go to another partition than an earlier one that failed, so kroute withholds its
+/// success until the earlier one is in. Leaders move while batches of one client partition
+/// are in flight on several partitions: the batches move off the slow broker, librdkafka
+/// fails nothing, and every record it reports delivered is read back, exactly once.
 #[test]
-fn librdkafka_idempotent_producer_batches_move_without_errors() {
+fn librdkafka_idempotent_batches_move_and_nothing_is_lost_while_leaders_move() {
     let world = slow_world();
     let kroute = &world.kroute;
     let topic = unique("route-rd-idem");
     create_topic_two_per_broker(&topic);
+    // Answers take a while (broker 2's longest): batches are in flight together.
+    let _late = [1, 3].map(|n| DelayedBroker::new(n, 10));
 
     let before = produce_bytes(kroute);
-    // Any failed delivery (a fatal idempotence error included) fails `produce`.
-    let acked = produce(
-        &kroute.bootstrap,
-        &topic,
-        15_000,
-        Produce {
-            prefix: "ri-",
-            per_second: Some(3000),
+    let (bootstrap, name) = (kroute.bootstrap.clone(), topic.clone());
+    let producer = std::thread::spawn(move || {
+        let how = Produce {
+            prefix: "rc-",
+            per_second: Some(1500),
+            // One client partition: its batches go out on several lanes at once, so an
+            // earlier one can fail where a later one succeeds.
+            partition: Some(0),
+            // Small batches: many in flight at once.
+            config: &[("batch.num.messages", "20")],
             idempotent: true,
             ..Default::default()
-        },
-    );
+        };
+        produce(&bootstrap, &name, 15_000, how)
+    });
+    // Leaders move while batches are in flight, until the producer is done.
+    let mut moves = 0;
+    while !producer.is_finished() {
+        move_leaders(&topic, moves);
+        moves += 1;
+    }
+    assert!(moves >= 2, "only {moves} leader moves while producing");
+    // Any record librdkafka failed (or a fatal idempotence error) fails the producer thread.
+    let acked = producer.join().expect("every record delivered");
     assert_moved_off_broker_2(kroute, before, "idempotent librdkafka");
+    let retried = outcome(kroute, "resent") + outcome(kroute, "answered_from_memory");
+    eprintln!(
+        "retries: {retried}, successes withheld: {}",
+        outcome(kroute, "success_withheld")
+    );
+    assert!(
+        retried > 0.0,
+        "no client retry reached kroute: the moves missed"
+    );
 
     let acked: Vec<(String, i32)> = acked.into_iter().map(|a| (a.id, a.partition)).collect();
     let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
     assert_exactly_once(ids(&acked), &consumed);
-    kroute.assert_clean_logs(&[]);
+    kroute.assert_clean_logs(&["upstream connection ended with requests in flight"]);
 }
 
 /// franz-go produces idempotently by default and keeps its own sequence bookkeeping (it

@@ -50,6 +50,13 @@ pub mod code {
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const INVALID_RECORD: i16 = 87;
+
+    /// What kroute reports for a batch whose broker never answered (its connection ended, or
+    /// its partition has no leader to resend to): the broker may or may not have appended it.
+    /// REQUEST_TIMED_OUT, because every client retries it as "possibly persisted", as it
+    /// would retry a connection of its own that ended. NETWORK_EXCEPTION would say the same to
+    /// Java, but librdkafka fails the records of a Produce answer carrying it for good.
+    pub const UNANSWERED: i16 = REQUEST_TIMED_OUT;
 }
 
 /// Client batches remembered per client partition. Clients keep at most 5 batches in flight
@@ -138,8 +145,9 @@ struct Assignment {
     batch_seq: i32,
     /// The joined batch this one went out in, while it may have to be resent.
     joined: Option<Bytes>,
-    /// Resent with a joined batch on another client batch's retry: its own client has not
-    /// heard the outcome yet and will ask again, so it is not forgotten meanwhile.
+    /// Its own client has not heard the outcome yet and will ask again, so it is not forgotten
+    /// meanwhile: resent with a joined batch on another client batch's retry, or its success
+    /// withheld ([`withheld`]).
     owes_answer: bool,
     state: State,
 }
@@ -483,7 +491,7 @@ impl Producer {
         Some(seq)
     }
 
-    /// Records the broker's answer (`error`, or NETWORK_EXCEPTION when none came) for the
+    /// Records the broker's answer (`error`, or [`code::UNANSWERED`] when none came) for the
     /// batch `key` sent to `target` with base sequence `seq`; returns the error code to report
     /// to the client.
     pub fn resolve(&mut self, key: &BatchKey, target: i32, seq: i32, error: i16) -> i16 {
@@ -660,3 +668,4 @@ impl Producer {
 mod joined;
 #[cfg(test)]
 mod tests;
+mod withheld;

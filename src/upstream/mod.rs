@@ -551,6 +551,8 @@ fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended
         if node_id >= 0 {
             proxy.router.scores.unreachable(node_id, Instant::now());
         }
+        // Perhaps the broker is gone and its partitions have new leaders.
+        proxy.cluster.stale();
         warn!(
             broker = node_id,
             in_flight, "upstream connection ended with requests in flight: {why}"

@@ -31,6 +31,24 @@ impl Drop for SlowBroker {
     }
 }
 
+/// Delays broker `n` by some milliseconds for as long as it lives (then by none).
+pub struct DelayedBroker(u32);
+
+impl DelayedBroker {
+    pub fn new(n: u32, ms: u32) -> Self {
+        cluster(&["delay", &n.to_string(), &ms.to_string()]);
+        DelayedBroker(n)
+    }
+}
+
+impl Drop for DelayedBroker {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(repo_root().join("scripts/cluster.sh"))
+            .args(["delay", &self.0.to_string(), "0"])
+            .status();
+    }
+}
+
 /// One test's world: the binary's lock, kroute routing topics `route-*`, broker 2 slow by 40 ms.
 pub struct SlowWorld {
     pub kroute: Kroute,

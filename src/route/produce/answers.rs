@@ -93,7 +93,7 @@ pub fn record(
     let Some((header, mut response)) = decoded else {
         // No answer (or none kroute can read): each batch may or may not be appended.
         for b in batches {
-            sequences.resolve(&b.key, b.target, b.seq, code::NETWORK_EXCEPTION);
+            sequences.resolve(&b.key, b.target, b.seq, code::UNANSWERED);
         }
         return Err(UpstreamGone);
     };
@@ -108,7 +108,7 @@ pub fn record(
             .flat_map(|t| t.partition_responses.iter_mut())
             .find(|p| p.index == b.target);
         let Some(p) = found else {
-            sequences.resolve(&b.key, b.target, b.seq, code::NETWORK_EXCEPTION);
+            sequences.resolve(&b.key, b.target, b.seq, code::UNANSWERED);
             continue;
         };
         let said = match said_for.iter().find(|s| *s.0 == b.topic && s.1 == b.target) {

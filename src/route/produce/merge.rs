@@ -5,10 +5,15 @@
 //!   `log_start_offset` -1 (unknown, as with acks=0: the offsets belong to another partition)
 //!   and without `current_leader` (it describes the other partition);
 //! - errors from the target are reported under the client's partition, so the client retries;
-//!   a part whose broker went away is NETWORK_EXCEPTION;
+//!   a part whose broker went away is [`UNANSWERED`] (retried as possibly appended);
 //! - `throttle_time_ms` is the largest of the parts'.
+//!
+//! For a producer kroute numbers, the merge also withholds successes the client would read as
+//! covering an earlier failed batch ([`Withhold`]): it runs in the client's order, when the
+//! earlier batches' answers have gone out and their state is known.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
@@ -16,11 +21,16 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
+use metrics::Counter;
 
 use crate::protocol::header::{RequestHead, split_response};
 use crate::protocol::produce::TopicEntry;
 use crate::route::Merge;
-use crate::route::sequence::code::NETWORK_EXCEPTION;
+use crate::route::producers::OwnedProducer;
+use crate::route::sequence::BatchKey;
+use crate::route::sequence::code::{
+    DUPLICATE_SEQUENCE_NUMBER, NONE, REQUEST_TIMED_OUT, UNANSWERED,
+};
 use crate::upstream::Reply;
 
 /// Where one partition entry of the client's request went.
@@ -47,6 +57,19 @@ pub struct ProduceMerge {
     /// The client's partitions, per topic, in its order.
     pub original: Vec<Vec<i32>>,
     pub routes: Vec<Vec<Route>>,
+    pub withhold: Option<Withhold>,
+}
+
+/// The producer kroute numbers whose batches a request carried, and each entry's batch (per
+/// topic, in the client's order; None for an entry kroute left alone). A success for a batch
+/// is withheld while an earlier batch of its partition waits for the client's retry
+/// ([`crate::route::sequence::Producer::withholds_success`]): the client gets REQUEST_TIMED_OUT
+/// and its retry is answered from kroute's memory.
+pub struct Withhold {
+    pub owner: Arc<OwnedProducer>,
+    pub batches: Vec<Vec<Option<BatchKey>>>,
+    /// Counts the successes withheld.
+    pub withheld: Counter,
 }
 
 impl ProduceMerge {
@@ -65,6 +88,15 @@ impl ProduceMerge {
                 .collect(),
             topics: topics.into_iter().map(|(name, _)| name).collect(),
             routes,
+            withhold: None,
+        }
+    }
+
+    /// The same merge, withholding successes as `withhold` says.
+    pub fn withholding(self, withhold: Withhold) -> Self {
+        ProduceMerge {
+            withhold: Some(withhold),
+            ..self
         }
     }
 }
@@ -84,6 +116,62 @@ fn moved_answer(mut p: PartitionProduceResponse) -> PartitionProduceResponse {
     p.log_start_offset = -1;
     p.current_leader = LeaderIdAndEpoch::default();
     p
+}
+
+/// The answer for the client's entry `index` of topic `name` that went along `route`, from
+/// the parts' answers (`found`, by part, topic and partition).
+fn entry_answer<'a>(
+    route: &Route,
+    name: &'a str,
+    index: i32,
+    found: &mut BTreeMap<(usize, &'a str, i32), PartitionProduceResponse>,
+) -> PartitionProduceResponse {
+    match route {
+        Route::Local { error } => no_answer(*error),
+        Route::Waiting { part } => {
+            let first = (*part, name, i32::MIN);
+            let last = (*part, name, i32::MAX);
+            let answer = found.range(first..=last).next().map(|(k, _)| *k);
+            match answer.and_then(|k| found.remove(&k).map(|p| (k.2, p))) {
+                Some((partition, p)) if partition != index => moved_answer(p),
+                Some((_, p)) => p,
+                None => no_answer(UNANSWERED),
+            }
+        }
+        Route::Part {
+            part,
+            partition,
+            moved,
+        } => {
+            // (Batches joined into one share its answer.)
+            let answer = found.get(&(*part, name, *partition)).cloned();
+            let p = answer.unwrap_or_else(|| no_answer(UNANSWERED));
+            if *moved { moved_answer(p) } else { p }
+        }
+    }
+}
+
+impl Withhold {
+    /// Turns the successes to withhold in the merged `responses` into REQUEST_TIMED_OUT. The
+    /// producer's lock is taken only if some batch of the request succeeded.
+    fn apply(&self, responses: &mut [TopicProduceResponse]) {
+        let mut state = None;
+        for (topic, batches) in responses.iter_mut().zip(&self.batches) {
+            for (p, batch) in topic.partition_responses.iter_mut().zip(batches) {
+                let succeeded = matches!(p.error_code, NONE | DUPLICATE_SEQUENCE_NUMBER);
+                let Some(key) = batch.as_ref().filter(|_| succeeded) else {
+                    continue;
+                };
+                let state = state.get_or_insert_with(|| self.owner.lock());
+                if state.sequences.withholds_success(key) {
+                    self.withheld.increment(1);
+                    let index = p.index;
+                    *p = no_answer(REQUEST_TIMED_OUT);
+                    p.index = index;
+                }
+            }
+        }
+    }
 }
 
 impl Merge for ProduceMerge {
@@ -115,7 +203,7 @@ impl Merge for ProduceMerge {
                 }
             }
         }
-        let responses = self
+        let mut responses: Vec<TopicProduceResponse> = self
             .topics
             .iter()
             .zip(&self.original)
@@ -125,30 +213,7 @@ impl Merge for ProduceMerge {
                     .iter()
                     .zip(routes)
                     .map(|(index, route)| {
-                        let mut p = match route {
-                            Route::Local { error } => no_answer(*error),
-                            Route::Waiting { part } => {
-                                let first = (*part, name.as_str(), i32::MIN);
-                                let last = (*part, name.as_str(), i32::MAX);
-                                let answer = found.range(first..=last).next().map(|(k, _)| *k);
-                                match answer.and_then(|k| found.remove(&k).map(|p| (k.2, p))) {
-                                    Some((partition, p)) if partition != *index => moved_answer(p),
-                                    Some((_, p)) => p,
-                                    None => no_answer(NETWORK_EXCEPTION),
-                                }
-                            }
-                            Route::Part {
-                                part,
-                                partition,
-                                moved,
-                            } => {
-                                // (Batches joined into one share its answer.)
-                                let answer =
-                                    found.get(&(*part, name.as_str(), *partition)).cloned();
-                                let p = answer.unwrap_or_else(|| no_answer(NETWORK_EXCEPTION));
-                                if *moved { moved_answer(p) } else { p }
-                            }
-                        };
+                        let mut p = entry_answer(route, name.as_str(), *index, &mut found);
                         p.index = *index;
                         p
                     })
@@ -158,6 +223,9 @@ impl Merge for ProduceMerge {
                     .with_partition_responses(partition_responses)
             })
             .collect();
+        if let Some(withhold) = &self.withhold {
+            withhold.apply(&mut responses);
+        }
         let merged = ProduceResponse::default()
             .with_responses(responses)
             .with_throttle_time_ms(throttle)

@@ -153,13 +153,13 @@ impl Place<'_, '_> {
                     records: records.clone(),
                 }
             }
-            // Its partition has no known leader: the client retries again later.
-            None => Placement::Local(self.state.sequences.resolve(
-                &key,
-                target,
-                seq,
-                code::NETWORK_EXCEPTION,
-            )),
+            // Its partition has no known leader: the client retries again later, when
+            // kroute's metadata may know one.
+            None => {
+                self.proxy.cluster.stale();
+                let sequences = &mut self.state.sequences;
+                Placement::Local(sequences.resolve(&key, target, seq, code::UNANSWERED))
+            }
         }
     }
 
@@ -168,10 +168,11 @@ impl Place<'_, '_> {
     fn resend_joined(&mut self, key: BatchKey, joined: Joined) -> Placement {
         self.used.insert(joined.target);
         let Some(node) = self.node_of(key.partition, joined.target) else {
+            self.proxy.cluster.stale();
             let sequences = &mut self.state.sequences;
-            let mut reported = code::NETWORK_EXCEPTION;
+            let mut reported = code::UNANSWERED;
             for (member, seq) in &joined.members {
-                let r = sequences.resolve(member, joined.target, *seq, code::NETWORK_EXCEPTION);
+                let r = sequences.resolve(member, joined.target, *seq, code::UNANSWERED);
                 if *member == key {
                     reported = r;
                 }
@@ -251,7 +252,10 @@ impl Place<'_, '_> {
                 .state
                 .sequences
                 .lane_takes(&key.topic, key.partition, key.epoch);
-            stays.then_some((self.home, key.partition))
+            let leader = self
+                .node_of(key.partition, key.partition)
+                .unwrap_or(self.home);
+            stays.then_some((leader, key.partition))
         });
         self.assign(key, records, choice, target, (joinable, movable))
     }
@@ -329,13 +333,15 @@ impl Place<'_, '_> {
         }
     }
 
-    /// The broker to send partition `target` to: the connection's own broker for the client's
-    /// partition (the client's view of its leader), kroute's view for any other.
+    /// The broker to send partition `target` to: its leader in kroute's view, which kroute
+    /// keeps current itself; for the client's own partition, failing that, the connection's
+    /// broker (the client's view). Not the client's view first: a client told
+    /// REQUEST_TIMED_OUT does not refresh its metadata, and would send its retries to a broker
+    /// that is gone for ever.
     fn node_of(&self, client_partition: i32, target: i32) -> Option<i32> {
-        if target == client_partition {
-            return Some(self.home);
-        }
-        self.layout?.leader_of(target)
+        self.layout
+            .and_then(|layout| layout.leader_of(target))
+            .or((target == client_partition).then_some(self.home))
     }
 
     fn kept(&self, reason: KeepReason) {
@@ -387,7 +393,7 @@ impl Place<'_, '_> {
             if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
                 router.strict_cost.charge(self.name, broker, bytes);
                 self.kept(KeepReason::Home);
-                return Some(Pick::Lane(self.home, key.partition));
+                return Some(Pick::Lane(broker, key.partition));
             }
             let free: Vec<(u32, i32)> = layout
                 .led_by(broker)

@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 
 use super::add_entry;
 use super::answers::Numbered;
-use super::merge::{ProduceMerge, Route};
+use super::merge::{ProduceMerge, Route, Withhold};
 use super::number::number;
 use super::place::{Place, Placement, TopicChoice};
 use super::replies::Shape;
@@ -112,17 +112,21 @@ pub(super) fn plan(
     state.touch(now);
     resolve(proxy, &mut state, first_epoch, producer_id, now);
     let mut planner = Planner::new(proxy, home, producer_id, shape, now);
-    let mut routes: Vec<Vec<Route>> = topics
+    let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Option<BatchKey>>>) = topics
         .iter()
         .map(|(name, topic)| planner.topic(&mut state, name, topic))
-        .collect();
+        .unzip();
     // Requests that could not be queued: dropped only once the producer's lock is released,
     // because dropping one records its batches' outcome under that lock.
     let mut unsent: Vec<PendingReply> = Vec::new();
     let parts = planner.queue(&owner, &mut state, &mut routes, &mut unsent);
     drop(state);
     drop(unsent);
-    let merge = ProduceMerge::new(head, topics, routes);
+    let merge = ProduceMerge::new(head, topics, routes).withholding(Withhold {
+        owner,
+        batches,
+        withheld: proxy.metrics.sequencing.success_withheld.clone(),
+    });
     Plan::Split(Split {
         parts,
         merge: Some(Box::new(merge) as Box<dyn Merge>),
@@ -159,6 +163,8 @@ struct TopicPlan<'t> {
     joins: Vec<PlanJoin>,
     /// Where each entry went so far, in the client's order.
     routes: Vec<Route>,
+    /// The batch of the producer each entry carried, if kroute numbers it.
+    batches: Vec<Option<BatchKey>>,
 }
 
 /// What kroute does with one partition entry, before anything is decided about where it goes.
@@ -186,7 +192,8 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Plans the entries of one topic, in the client's order; returns their routes. Batches
+    /// Plans the entries of one topic, in the client's order; returns their routes and
+    /// batches ([`TopicPlan::batches`]). Batches
     /// joined within the request are built once every entry of the topic is placed, because
     /// a later entry may still join an earlier one.
     fn topic(
@@ -194,7 +201,7 @@ impl<'a> Planner<'a> {
         state: &mut ProducerState,
         name: &TopicName,
         topic: &TopicEntry,
-    ) -> Vec<Route> {
+    ) -> (Vec<Route>, Vec<Option<BatchKey>>) {
         let routed = self.proxy.config.routing.routes_topic(name.as_str());
         let mut t = TopicPlan {
             name,
@@ -206,6 +213,7 @@ impl<'a> Planner<'a> {
             choice: TopicChoice::default(),
             joins: Vec::new(),
             routes: Vec::with_capacity(topic.partitions.len()),
+            batches: Vec::with_capacity(topic.partitions.len()),
         };
         for entry in &topic.partitions {
             let route = self.entry(state, &mut t, &topic.name, entry);
@@ -216,7 +224,7 @@ impl<'a> Planner<'a> {
             let parts = (&mut self.destinations[..], numbered);
             join.finish(self.proxy, state, name, parts, &mut t.routes);
         }
-        t.routes
+        (t.routes, t.batches)
     }
 
     /// Plans one partition entry of topic `topic_key` through the stages, up to its part.
@@ -227,7 +235,13 @@ impl<'a> Planner<'a> {
         topic_key: &Bytes,
         entry: &PartitionEntry,
     ) -> Route {
-        let placement = match self.inspect(state, t.routed, topic_key, entry) {
+        let inspected = self.inspect(state, t.routed, topic_key, entry);
+        let batch = match &inspected {
+            Inspected::Batch(key, _) => Some(key.clone()),
+            _ => None,
+        };
+        t.batches.push(batch);
+        let placement = match inspected {
             Inspected::Untouched => Placement::Untouched,
             Inspected::Local(error) => Placement::Local(error),
             Inspected::Batch(key, records) => match self.place(state, t, key.clone(), records) {

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::header::produce_head;
 use crate::route::batch::tests::batch;
-use crate::route::sequence::code::{self, NETWORK_EXCEPTION};
+use crate::route::sequence::code::{self, UNANSWERED};
 use crate::route::sequence::{BatchKey, Lookup};
 use crate::security::Permit;
 use crate::upstream::Reply;
@@ -347,7 +347,7 @@ fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
         .iter()
         .map(|p| (p.index, p.error_code))
         .collect();
-    assert_eq!(errors, vec![(0, 0), (1, NETWORK_EXCEPTION)]);
+    assert_eq!(errors, vec![(0, 0), (1, UNANSWERED)]);
 }
 
 #[test]
@@ -480,6 +480,32 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
     );
 }
 
+/// A client whose metadata is stale sends its partition to the wrong broker's address (kroute
+/// told it REQUEST_TIMED_OUT, which makes no client refresh): kroute sends the batch to the
+/// leader it knows, the first attempt and the retry alike.
+#[tokio::test]
+async fn an_owned_producers_batch_for_its_partition_goes_to_the_leader_kroute_knows() {
+    let p = proxy("strict-cost");
+    p.router.producers.own(5, Instant::now());
+    let client_numbers = batch(&[None, Some("k")], Compression::None, 5, false);
+    let keyed = crate::route::batch::renumber(&client_numbers, 0, 0).unwrap();
+    // Partition 4 is led by broker 3 in kroute's view; the client sent it to broker 1.
+    let (head, produce, frame) = request(&[("t", 4, keyed)], -1, None);
+    for attempt in ["first", "retry"] {
+        let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
+        assert_eq!(s.parts.len(), 1);
+        assert_eq!(s.parts[0].node_id, 3, "{attempt}");
+        assert_eq!(
+            entries(&s.parts[0].frame)[0].1,
+            4,
+            "{attempt}: kept on its partition"
+        );
+        // (No broker here: "none came", and the client retries.)
+        let part = s.parts.into_iter().next().unwrap();
+        assert!(part.sent.unwrap().await.unwrap().is_err());
+    }
+}
+
 /// A batch of owned producer 5, numbered by the client from `base`.
 fn numbered_from(base: i32) -> Bytes {
     let b = batch(&[None, None], Compression::None, 5, false);
@@ -567,7 +593,7 @@ async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one
     let answers = vec![answer.await.unwrap()];
     assert_eq!(
         merged_errors(&s.merge.unwrap().merge(answers)),
-        vec![(0, NETWORK_EXCEPTION)]
+        vec![(0, UNANSWERED)]
     );
     assert_eq!(
         owner.lock().sequences.lookup(&key(0, 2)),
@@ -620,6 +646,7 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
                     moved: false,
                 },
             ]],
+            withhold: None,
         };
         let merged = Box::new(merge).merge(vec![part_answer(1, 0, 50, 0), answer]);
         let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
@@ -641,8 +668,68 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
     );
     assert_eq!(
         merge_of(Err(UpstreamGone)),
-        vec![(0, NETWORK_EXCEPTION, -1), (1, 0, 50)]
+        vec![(0, UNANSWERED, -1), (1, 0, 50)]
     );
+}
+
+#[test]
+fn a_success_is_merged_as_retriable_while_an_earlier_batch_of_its_partition_waits() {
+    let p = proxy("strict-cost");
+    p.router.producers.own(5, Instant::now());
+    let owner = p.router.producers.get(5).unwrap();
+    let (a, b) = (key(0, 0), key(0, 2));
+    {
+        // A on lane 0 and B on lane 2, each lane's first batch; A fails, B is appended.
+        let sequences = &mut owner.lock().sequences;
+        for (k, lane) in [(&a, 0), (&b, 2)] {
+            assert_eq!(sequences.lookup(k), Lookup::Fresh);
+            assert_eq!(sequences.assign(k, lane), Some(0));
+        }
+        sequences.resolve(&a, 0, 0, code::UNANSWERED);
+        sequences.resolve(&b, 2, 0, code::NONE);
+    }
+    // B's answer, as the client's request for partition 0 gets it (B moved to partition 2).
+    let merge_b = |route: merge::Route, answers: Vec<Reply>| {
+        let merge = merge::ProduceMerge {
+            version: VERSION,
+            correlation_id: 42,
+            topics: vec![topic("t")],
+            original: vec![vec![0]],
+            routes: vec![vec![route]],
+            withhold: None,
+        }
+        .withholding(merge::Withhold {
+            owner: owner.clone(),
+            batches: vec![vec![Some(b.clone())]],
+            withheld: p.metrics.sequencing.success_withheld.clone(),
+        });
+        merged_errors(&Box::new(merge).merge(answers))
+    };
+    let moved = || merge::Route::Part {
+        part: 0,
+        partition: 2,
+        moved: true,
+    };
+    let retriable = vec![(0, code::REQUEST_TIMED_OUT)];
+    assert_eq!(merge_b(moved(), vec![part_answer(2, 0, 7, 0)]), retriable);
+    // B's retry is answered from memory: still withheld while A waits.
+    assert_eq!(owner.lock().sequences.lookup(&b), Lookup::Acknowledged);
+    let from_memory = merge::Route::Local { error: code::NONE };
+    assert_eq!(merge_b(from_memory.clone(), vec![]), retriable);
+    // Errors pass as they are.
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    let refused = part_answer(2, NOT_ENOUGH_REPLICAS, 7, 0);
+    assert_eq!(
+        merge_b(moved(), vec![refused]),
+        vec![(0, NOT_ENOUGH_REPLICAS)]
+    );
+    // A's retry is appended: B's success goes through.
+    assert_eq!(
+        owner.lock().sequences.lookup(&a),
+        Lookup::Resend { target: 0, seq: 0 }
+    );
+    owner.lock().sequences.resolve(&a, 0, 0, code::NONE);
+    assert_eq!(merge_b(from_memory, vec![]), vec![(0, code::NONE)]);
 }
 
 #[test]
@@ -734,7 +821,7 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
     // (No broker here: the joined request is answered "none came", to each batch's request.)
     for ((merge, answer), partition) in waiting.into_iter().zip([0, 1, 0]) {
         let merged = merge.merge(vec![answer.await.unwrap()]);
-        assert_eq!(merged_errors(&merged), vec![(partition, NETWORK_EXCEPTION)]);
+        assert_eq!(merged_errors(&merged), vec![(partition, UNANSWERED)]);
     }
     // A retry of any of them resends the joined batch whole, with the same numbers.
     let Lookup::ResendJoined(joined) = owner.lock().sequences.lookup(&key(1, 2)) else {
@@ -814,7 +901,7 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
     let merged = s.merge.take().unwrap().merge(answers);
     assert_eq!(
         merged_errors(&merged),
-        (0..4).map(|p| (p, NETWORK_EXCEPTION)).collect::<Vec<_>>()
+        (0..4).map(|p| (p, UNANSWERED)).collect::<Vec<_>>()
     );
     // A retry of the batch that joined resends the joined batch whole.
     let owner = p.router.producers.get(5).unwrap();

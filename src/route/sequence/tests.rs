@@ -764,6 +764,135 @@ fn a_lost_batch_after_the_wrap_behind_a_hole_is_not_resent() {
     assert_eq!(p.assign(&lost, 1), Some(i32::MAX));
 }
 
+// ---- A8: withheld successes ----
+
+/// Batch A of client partition 0 on lane 1, then B right after it on lane 2, both numbered
+/// (each lane's first batch already acknowledged).
+fn two_lanes_in_flight(p: &mut Producer) -> ((BatchKey, i32), (BatchKey, i32)) {
+    place_acked(p, &key(9, 0, 0, 1), 1);
+    place_acked(p, &key(9, 0, 1, 1), 2);
+    let a = key(0, 0, 0, 2);
+    let b = key(0, 0, 2, 3);
+    let sa = place(p, &a, 1);
+    let sb = place(p, &b, 2);
+    ((a, sa), (b, sb))
+}
+
+#[test]
+fn a_success_is_withheld_while_an_earlier_batch_of_its_partition_waits_for_a_retry() {
+    for error in [NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, UNANSWERED] {
+        let mut p = Producer::default();
+        let ((a, sa), (b, sb)) = two_lanes_in_flight(&mut p);
+        // A fails where it went; B is appended on its own lane.
+        assert_eq!(answer(&mut p, &a, 1, sa, error), error);
+        assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+        // The client must not hear B's success while A waits for its retry: it would take
+        // it as proof that A is appended too.
+        assert!(p.withholds_success(&b), "{error}");
+        // B's retry is answered from memory; still withheld until A is in.
+        assert_eq!(p.lookup(&b), Lookup::Acknowledged);
+        assert!(p.withholds_success(&b));
+        assert_eq!(p.lookup(&a), Lookup::Resend { target: 1, seq: sa });
+        assert_eq!(answer(&mut p, &a, 1, sa, NONE), NONE);
+        assert!(!p.withholds_success(&b), "{error}");
+        check_counters(&p);
+    }
+}
+
+#[test]
+fn a_success_is_withheld_while_an_earlier_batch_is_to_be_renumbered_or_unnumbered() {
+    // A numbered behind a batch its lane refused: the client retries A, renumbered.
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(9, 0, 0, 1), 1);
+    place_acked(&mut p, &key(9, 0, 1, 1), 2);
+    let refused = key(8, 0, 0, 1);
+    let sr = place(&mut p, &refused, 1);
+    let a = key(0, 0, 0, 2);
+    let b = key(0, 0, 2, 3);
+    let sa = place(&mut p, &a, 1);
+    let sb = place(&mut p, &b, 2);
+    assert_eq!(
+        answer(&mut p, &refused, 1, sr, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    let reported = answer(&mut p, &a, 1, sa, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(reported, REQUEST_TIMED_OUT);
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    assert!(p.withholds_success(&b));
+    assert_eq!(p.lookup(&a), Lookup::Fresh);
+    assert_eq!(p.assign(&a, 3), Some(0));
+    assert!(!p.withholds_success(&b), "A is renumbered and in flight");
+    // A batch refused outright is dead (the client fails it): nothing to wait for.
+    let mut p = Producer::default();
+    let ((a, sa), (b, sb)) = two_lanes_in_flight(&mut p);
+    assert_eq!(
+        answer(&mut p, &a, 1, sa, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    assert!(!p.withholds_success(&b));
+
+    // B numbered before kroute saw A at all, A then answered "not now": A is unnumbered.
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(9, 0, 0, 1), 2);
+    let a = key(0, 0, 0, 2);
+    let b = key(0, 0, 2, 3);
+    let sb = place(&mut p, &b, 2);
+    assert_eq!(p.lookup(&a), Lookup::Fresh);
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    assert!(p.withholds_success(&b));
+    assert_eq!(p.assign(&a, 1), Some(0));
+    assert!(!p.withholds_success(&b), "A is numbered and in flight");
+}
+
+#[test]
+fn a_success_is_not_withheld_for_a_batch_before_the_failed_one_or_on_another_partition() {
+    let mut p = Producer::default();
+    let ((a, sa), (b, sb)) = two_lanes_in_flight(&mut p);
+    let other = key(1, 0, 0, 1);
+    let so = place(&mut p, &other, 1);
+    // B (the later batch) fails; A and another partition's batch succeed.
+    assert_eq!(
+        answer(&mut p, &b, 2, sb, REQUEST_TIMED_OUT),
+        REQUEST_TIMED_OUT
+    );
+    assert_eq!(answer(&mut p, &a, 1, sa, NONE), NONE);
+    assert_eq!(answer(&mut p, &other, 1, so, NONE), NONE);
+    assert!(!p.withholds_success(&a));
+    assert!(!p.withholds_success(&other));
+    // A batch in flight (not answered yet) before a success withholds nothing either: the
+    // client still waits for its own answer.
+    let mut p = Producer::default();
+    let ((_, _), (b, sb)) = two_lanes_in_flight(&mut p);
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    assert!(!p.withholds_success(&b));
+}
+
+#[test]
+fn a_withheld_batch_is_remembered_until_its_retry_is_answered() {
+    let mut p = Producer::default();
+    let ((a, sa), (b, sb)) = two_lanes_in_flight(&mut p);
+    assert_eq!(
+        answer(&mut p, &a, 1, sa, REQUEST_TIMED_OUT),
+        REQUEST_TIMED_OUT
+    );
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    assert!(p.withholds_success(&b));
+    assert_eq!(p.lookup(&a), Lookup::Resend { target: 1, seq: sa });
+    assert_eq!(answer(&mut p, &a, 1, sa, NONE), NONE);
+    // Many more batches of the partition, each acknowledged: the oldest resolved ones are
+    // forgotten to make room, but not B, whose client has not heard its success.
+    for i in 0..2 * REMEMBERED_PER_PARTITION as i32 {
+        place_acked(&mut p, &key(0, 0, 5 + i, 1), 1);
+    }
+    assert_eq!(p.lookup(&b), Lookup::Acknowledged);
+    // Answered now: it may be forgotten.
+    for i in 0..REMEMBERED_PER_PARTITION as i32 {
+        place_acked(&mut p, &key(0, 0, 100 + i, 1), 1);
+    }
+    assert_eq!(p.lookup(&b), Lookup::Fresh);
+}
+
 // ---- B: a model broker and client ----
 
 /// One owned producer between a model client (a Java-like idempotent producer) and model
