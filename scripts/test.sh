@@ -48,7 +48,7 @@ tests/go/build.sh
 cargo test --all-targets "$@"
 
 # The fuzz smoke (docs/hardening.md, "Fuzzing"): a few seconds of libFuzzer per decoder, with the
-# memory bound of each, on a quicker build (opt-level 1: about half the cold compile of -O).
+# memory bound of each, on a quick, unoptimized build (2 minutes cold on 2 cores instead of 5).
 # Run with the whole suite only: arguments select cargo tests.
 if [ $# -eq 0 ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-3} FUZZ_QUICK_BUILD=1 scripts/fuzz-smoke.sh
