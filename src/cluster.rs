@@ -94,6 +94,8 @@ impl ClusterView {
     /// flight, or a partition kroute resends to has no known leader): kroute's metadata
     /// refresh runs soon rather than at its next period. kroute cannot count on clients to
     /// refresh for it: an error kroute reports them (REQUEST_TIMED_OUT) makes none of them ask.
+    /// (Without a metadata refresh of its own, with SASL passthrough and no credentials,
+    /// layouts come from clients' Metadata answers alone and this does nothing.)
     pub fn stale(&self) {
         self.stale.notify_one();
     }

@@ -127,6 +127,11 @@ enum State {
 }
 
 impl Assignment {
+    /// Whether it is client batch `key` (its epoch, first number and size).
+    fn is(&self, key: &BatchKey) -> bool {
+        self.epoch == key.epoch && self.base == key.base && self.records == key.records
+    }
+
     /// Whether it went out joined behind another client batch.
     fn is_follower(&self) -> bool {
         self.seq != self.batch_seq
@@ -261,12 +266,8 @@ impl ClientPartition {
     /// Makes room to remember `key`'s new numbers: drops its earlier RETRY attempt, and the
     /// oldest resolved batch if the memory is full. None if every batch there is unresolved.
     fn make_room(&mut self, key: &BatchKey) -> Option<()> {
-        self.recent.retain(|a| {
-            !(a.state == State::Retry
-                && a.epoch == key.epoch
-                && a.base == key.base
-                && a.records == key.records)
-        });
+        self.recent
+            .retain(|a| !(a.state == State::Retry && a.is(key)));
         if self.recent.len() >= REMEMBERED_PER_PARTITION {
             let resolved = self
                 .recent
@@ -346,11 +347,7 @@ impl Producer {
                 }
             }
         }
-        let Some(i) = client
-            .recent
-            .iter()
-            .position(|a| a.epoch == key.epoch && a.base == key.base && a.records == key.records)
-        else {
+        let Some(i) = client.recent.iter().position(|a| a.is(key)) else {
             client.seen_unnumbered(key);
             return Lookup::Fresh;
         };
@@ -503,13 +500,7 @@ impl Producer {
                 let client_epoch = c.epoch;
                 c.recent
                     .iter_mut()
-                    .find(|a| {
-                        a.epoch == key.epoch
-                            && a.base == key.base
-                            && a.records == key.records
-                            && a.target == target
-                            && a.seq == seq
-                    })
+                    .find(|a| a.is(key) && a.target == target && a.seq == seq)
                     .map(|a| (client_epoch, a))
             })
         else {

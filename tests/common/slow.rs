@@ -14,20 +14,12 @@ use super::*;
 /// caps, see capacity.rs).
 pub static SLOW_BROKER: Mutex<()> = Mutex::new(());
 
-/// Makes broker 2 slow for as long as it lives.
+/// Broker 2's delay, changed within a test (the world puts it back to none when it ends).
 pub struct SlowBroker;
 
 impl SlowBroker {
     pub fn set(ms: u32) {
         cluster(&["delay", "2", &ms.to_string()]);
-    }
-}
-
-impl Drop for SlowBroker {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(repo_root().join("scripts/cluster.sh"))
-            .args(["delay", "2", "0"])
-            .status();
     }
 }
 
@@ -52,7 +44,7 @@ impl Drop for DelayedBroker {
 /// One test's world: the binary's lock, kroute routing topics `route-*`, broker 2 slow by 40 ms.
 pub struct SlowWorld {
     pub kroute: Kroute,
-    _reset: SlowBroker,
+    _reset: DelayedBroker,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -75,10 +67,10 @@ pub fn slow_world_of(opts: KrouteOptions, routing_toml: &str) -> SlowWorld {
         ),
         ..opts
     });
-    SlowBroker::set(40);
+    let reset = DelayedBroker::new(2, 40);
     SlowWorld {
         kroute,
-        _reset: SlowBroker,
+        _reset: reset,
         _serial: serial,
     }
 }

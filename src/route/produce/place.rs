@@ -252,10 +252,7 @@ impl Place<'_, '_> {
                 .state
                 .sequences
                 .lane_takes(&key.topic, key.partition, key.epoch);
-            let leader = self
-                .node_of(key.partition, key.partition)
-                .unwrap_or(self.home);
-            stays.then_some((leader, key.partition))
+            stays.then(|| (self.leader_of_own(key.partition), key.partition))
         });
         self.assign(key, records, choice, target, (joinable, movable))
     }
@@ -333,15 +330,23 @@ impl Place<'_, '_> {
         }
     }
 
-    /// The broker to send partition `target` to: its leader in kroute's view, which kroute
-    /// keeps current itself; for the client's own partition, failing that, the connection's
-    /// broker (the client's view). Not the client's view first: a client told
-    /// REQUEST_TIMED_OUT does not refresh its metadata, and would send its retries to a broker
-    /// that is gone for ever.
+    /// The broker to send partition `target` to: its leader in kroute's view (for the client's
+    /// own partition, see [`Place::leader_of_own`]).
     fn node_of(&self, client_partition: i32, target: i32) -> Option<i32> {
+        if target == client_partition {
+            return Some(self.leader_of_own(target));
+        }
+        self.layout?.leader_of(target)
+    }
+
+    /// The leader of the client's own `partition`: kroute's view, which kroute keeps current
+    /// itself; failing that, the connection's broker (the client's view). Not the client's view
+    /// first: a client told REQUEST_TIMED_OUT does not refresh its metadata, and would send its
+    /// retries to a broker that is gone for ever.
+    fn leader_of_own(&self, partition: i32) -> i32 {
         self.layout
-            .and_then(|layout| layout.leader_of(target))
-            .or((target == client_partition).then_some(self.home))
+            .and_then(|layout| layout.leader_of(partition))
+            .unwrap_or(self.home)
     }
 
     fn kept(&self, reason: KeepReason) {

@@ -35,11 +35,7 @@ impl Producer {
         if !(unnumbered || to_retry) {
             return false;
         }
-        let this = client
-            .recent
-            .iter_mut()
-            .find(|a| a.epoch == key.epoch && a.base == key.base && a.records == key.records);
-        if let Some(a) = this {
+        if let Some(a) = client.recent.iter_mut().find(|a| a.is(key)) {
             a.owes_answer = true;
         }
         true
