@@ -440,6 +440,13 @@ print(f"kroute / relay per idle connection: {per['kroute'] / per['relay']:.2f}x"
 if "kroute-again" in rss:
     print("kroute, the same idle connections opened again after all closed: "
           + "; ".join(f"{n}: {kb / 1024:.1f} MiB" for n, kb in rss["kroute-again"]))
+    # Reuse: RSS with the second round open against RSS with the first round open (before the
+    # producers ran). Not "what the second round adds": an allocator that returns freed pages
+    # to the OS (jemalloc) adds the whole round again from a low base, and that is the goal.
+    first = [kb for n, kb in rss["kroute"] if n.isdigit()][-1]
+    again = [kb for n, kb in rss["kroute-again"] if n.isdigit() and n != "0"]
+    if again:
+        print(f"kroute RSS with the second round open / with the first round open: {again[-1] / first:.2f}x")
 print()
 
 cpu = (cpu1 - cpu0) / tck
