@@ -20,23 +20,26 @@ use kroute::{admin, listener};
 /// memory, and each new round of as many connections added 60-80% of the first to kroute's RSS
 /// (docs/hardening.md, "Load"); jemalloc reuses it. Only Rust's allocations: the C codecs keep
 /// the system malloc.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[cfg(feature = "jemalloc")]
+mod allocator {
+    #[global_allocator]
+    static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's options, read at its start (the `_RJEM_MALLOC_CONF` environment variable is
-/// read after them and wins). Freed pages go back to the OS after 1 s instead of 10: with the
-/// default, rounds of connections opened and closed peaked up to 34% above the first round's
-/// RSS; with 1 s, within 12% over five rounds (docs/hardening.md, "Load").
-#[unsafe(export_name = "_rjem_malloc_conf")]
-static JEMALLOC_OPTIONS: JemallocOptions = JemallocOptions(c"dirty_decay_ms:1000".as_ptr());
+    /// jemalloc's options, read at its start (the `_RJEM_MALLOC_CONF` environment variable is
+    /// read after them and wins). Freed pages go back to the OS after 1 s instead of 10: with
+    /// the default, rounds of connections opened and closed peaked up to 34% above the first
+    /// round's RSS; with 1 s, within 12% over five rounds (docs/hardening.md, "Load").
+    #[unsafe(export_name = "_rjem_malloc_conf")]
+    static OPTIONS: Options = Options(c"dirty_decay_ms:1000".as_ptr());
 
-/// A C string pointer jemalloc reads once, before `main`; a thin pointer, as C's
-/// `const char *malloc_conf` is.
-#[repr(transparent)]
-struct JemallocOptions(*const std::ffi::c_char);
+    /// A C string pointer jemalloc reads once, before `main`; a thin pointer, as C's
+    /// `const char *malloc_conf` is.
+    #[repr(transparent)]
+    struct Options(*const std::ffi::c_char);
 
-// SAFETY: the pointer is to a static, immutable C string literal.
-unsafe impl Sync for JemallocOptions {}
+    // SAFETY: the pointer is to a static, immutable C string literal.
+    unsafe impl Sync for Options {}
+}
 
 /// Read if `--config` and `KROUTE_CONFIG` are not given; kroute runs without it if it is absent.
 const DEFAULT_CONFIG: &str = "proxy.toml";
