@@ -17,7 +17,7 @@ use kroute::proxy::{Proxy, refresh_metadata};
 use kroute::{admin, listener};
 
 /// jemalloc, not glibc's malloc: after client connections close, glibc kept their buffers'
-/// memory, and each new round of as many connections added 60-80% of the first to kroute's RSS
+/// memory, and each new round of as many connections added 56-86% of the first to kroute's RSS
 /// (docs/hardening.md, "Load"); jemalloc reuses it. Only Rust's allocations: the C codecs keep
 /// the system malloc.
 #[cfg(feature = "jemalloc")]

@@ -255,15 +255,15 @@ fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<u32, KeepR
 
 /// Decompresses a records region, giving up (Uninspectable) past `limit` bytes of output.
 fn decompress(codec: i16, region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReason> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
     match codec {
-        1 => read_bounded(&mut flate2::read::MultiGzDecoder::new(region), limit),
-        2 => snappy(region, limit as u64),
+        1 => read_bounded(&mut flate2::read::MultiGzDecoder::new(region), cap),
+        2 => snappy(region, limit),
         3 => read_bounded(
             &mut lz4::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?,
-            limit,
+            cap,
         ),
-        4 => read_bounded(&mut zstd_decoder(region)?, limit),
+        4 => read_bounded(&mut zstd_decoder(region)?, cap),
         _ => Err(KeepReason::Malformed),
     }
 }
