@@ -200,7 +200,7 @@ if [ "$BUILD" = 1 ]; then
   cargo build --release --quiet --example load_gen || die "cargo build --release --example load_gen failed"
   if [ ! -x "$RELAY_BIN" ]; then
     say "cargo build --release --target x86_64-unknown-linux-gnu --bin delay_relay (static, as scripts/cluster.sh)"
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet --target x86_64-unknown-linux-gnu --bin delay_relay ||
+    (. scripts/static-build.sh && static_build delay_relay) ||
       die "building the delay_relay failed"
   fi
 fi

@@ -444,8 +444,9 @@ ensure_relay_bin() { # build the delay_relay if missing or older than its source
   [ -x "$RELAY_BIN" ] && { [ ! -f "$src" ] || [ "$RELAY_BIN" -nt "$src" ]; } && return 0
   command -v cargo >/dev/null || die "cargo not found (needed to build $RELAY_BIN)"
   say "building delay_relay (static release build, as scripts/image.sh builds kroute)"
-  if ! (cd "$REPO_DIR" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet \
-      --target x86_64-unknown-linux-gnu --bin delay_relay 8>&- 9>&-) >&2; then
+  # The same build as the image's (scripts/static-build.sh), so a test run compiles the release
+  # dependencies once.
+  if ! (cd "$REPO_DIR" && . scripts/static-build.sh && static_build delay_relay 8>&- 9>&-) >&2; then
     # the bin links the crate's lib, which may be mid-edit: an older binary still does the job
     [ -x "$RELAY_BIN" ] || die "building delay_relay failed"
     say "building delay_relay failed, using the existing $RELAY_BIN"

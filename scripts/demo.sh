@@ -56,10 +56,11 @@ demo_start=$SECONDS
 
 # kroute and the relays that slow a broker, in one static release build: the build scripts/cluster.sh
 # makes of the relay (and scripts/image.sh of kroute), so the dependencies compile once
-triple=x86_64-unknown-linux-gnu
-kroute_bin=${CARGO_TARGET_DIR:-target}/$triple/release/kroute
-say "building kroute and delay_relay (static release build, target/$triple)"
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet --target "$triple" --bin kroute --bin delay_relay
+# shellcheck source=scripts/static-build.sh
+. scripts/static-build.sh
+kroute_bin=${CARGO_TARGET_DIR:-target}/$STATIC_TARGET/release/kroute
+say "building kroute and delay_relay (static release build, target/$STATIC_TARGET)"
+static_build kroute delay_relay
 
 # --- the cluster ---------------------------------------------------------------------------------
 started_here=0 slowed=0 kroute_pid='' topics=()

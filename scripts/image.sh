@@ -5,8 +5,7 @@
 #   scripts/image.sh [kroute|producer|all]   build (default: kroute); prints the image names
 #   scripts/image.sh podman ARGS...          the project's podman (same storage and settings)
 #
-# kroute is built statically (glibc static-pie, stripped) for the image:
-#   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target x86_64-unknown-linux-gnu
+# kroute is built statically (glibc static-pie, stripped; scripts/static-build.sh) for the image
 # into target/x86_64-unknown-linux-gnu/release (cargo skips it when nothing changed), then the
 # build context is laid out in target/image/kroute. The producer is built with CGO_ENABLED=0.
 #
@@ -60,17 +59,16 @@ build_image() { # context dockerfile name
 }
 
 tag=${KROUTE_IMAGE_TAG:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)}
-target=x86_64-unknown-linux-gnu
+# shellcheck source=scripts/static-build.sh
+. "$root/scripts/static-build.sh"
+target=$STATIC_TARGET
 
 kroute_image() {
   local binary=${KROUTE_IMAGE_BINARY:-target/$target/release/kroute}
   if [ -z "${KROUTE_IMAGE_BINARY:-}" ]; then
-    # Debug info off and symbols stripped for this build only (the release profile keeps
-    # debug = 1 for the host binary); the target directory differs from `cargo build --release`,
-    # so neither build invalidates the other.
-    RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
-      CARGO_PROFILE_RELEASE_STRIP=symbols \
-      cargo build --quiet --release --target "$target" --bin kroute >&2
+    # scripts/static-build.sh: debug info off and symbols stripped for this build only (the
+    # release profile keeps debug = 1 for the host binary).
+    static_build kroute >&2
   fi
   local ctx=target/image/kroute bundle=/etc/ssl/certs/ca-certificates.crt
   if [ ! -s "$bundle" ]; then

@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 # the Python clients run in a pinned virtualenv; Kafka's jars come from Maven Central; the
 # container tests (tests/sidecar.rs) build and run images with podman (runc, catatonit for its
 # pause image, netavark) and put the CA bundle (ca-certificates) into the image.
+# Each step prints its time (stderr), so a slow CI run says where the minutes went.
+lap_start=$SECONDS
+lap() { echo "test.sh: $1 took $((SECONDS - lap_start)) s" >&2; lap_start=$SECONDS; }
 need=()
 for pkg in pkg-config zlib1g-dev openssl prometheus podman runc catatonit netavark ca-certificates; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
@@ -28,6 +31,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 tests/python/setup.sh
 scripts/cluster.sh lib >/dev/null
+lap "setup (packages, Python clients, Kafka jars)"
 
 started_here=0
 # The status is captured first: `status | grep -q` under pipefail fails whenever grep's early exit
@@ -40,16 +44,20 @@ if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status" || ! grep -qx 
 fi
 cleanup() { if [ "$started_here" = 1 ]; then scripts/cluster.sh stop >/dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
+lap "cluster"
 
 KROUTE_TEST_CLUSTER=$(scripts/cluster.sh bootstrap)
 export KROUTE_TEST_CLUSTER
 tests/java/build.sh >/dev/null
 tests/go/build.sh
+lap "Java and Go test clients"
 cargo test --all-targets "$@"
+lap "cargo test"
 
 # The fuzz smoke (docs/hardening.md, "Fuzzing"): a few seconds of libFuzzer per decoder, with the
 # memory bound of each, on a quick, unoptimized build (2 minutes cold on 2 cores instead of 5).
 # Run with the whole suite only: arguments select cargo tests.
 if [ $# -eq 0 ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-3} FUZZ_QUICK_BUILD=1 scripts/fuzz-smoke.sh
+  lap "fuzz smoke"
 fi
