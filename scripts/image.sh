@@ -61,10 +61,9 @@ build_image() { # context dockerfile name
 tag=${KROUTE_IMAGE_TAG:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)}
 # shellcheck source=scripts/static-build.sh
 . "$root/scripts/static-build.sh"
-target=$STATIC_TARGET
 
 kroute_image() {
-  local binary=${KROUTE_IMAGE_BINARY:-target/$target/release/kroute}
+  local binary=${KROUTE_IMAGE_BINARY:-target/$STATIC_TARGET/release/kroute}
   if [ -z "${KROUTE_IMAGE_BINARY:-}" ]; then
     # scripts/static-build.sh: debug info off and symbols stripped for this build only (the
     # release profile keeps debug = 1 for the host binary).
