@@ -136,6 +136,8 @@ pub struct Sequenced {
     pub base: i32,
     /// Records in all batches.
     pub records: i32,
+    /// What the batches carry, whatever their producer numbers: see [`content_of`].
+    pub content: u32,
 }
 
 /// Reads the producer numbering of a partition entry from its batch headers alone: None unless
@@ -160,6 +162,7 @@ pub fn sequenced(records: &Bytes) -> Option<Sequenced> {
                 epoch,
                 base,
                 records: count,
+                content: content_of(0, &batch)?,
             },
             Some(s) => {
                 let contiguous = super::sequence::advance(s.base, s.records) == base;
@@ -168,12 +171,26 @@ pub fn sequenced(records: &Bytes) -> Option<Sequenced> {
                 }
                 Sequenced {
                     records: s.records.checked_add(count)?,
+                    content: content_of(s.content, &batch)?,
                     ..s
                 }
             }
         });
     }
     found
+}
+
+/// A fingerprint of what one batch carries, left out what a producer rewrites when it moves a
+/// batch to a new epoch: CRC-32C (continuing `crc`) of the batch after its CRC, without the
+/// producer id, epoch and base sequence (attributes, offset and timestamp range, record count
+/// and the records, compressed or not). The Java producer renumbers the batches in flight on a
+/// partition into its new epoch after a refusal (KIP-360) and resends them with the same
+/// bytes otherwise: this is how kroute knows such a batch again
+/// ([`crate::route::sequence::Producer::lookup`]). Two batches have the same content only if
+/// their records and timestamps are byte for byte the same.
+fn content_of(crc: u32, batch: &[u8]) -> Option<u32> {
+    let crc = crc32c::crc32c_append(crc, batch.get(ATTRIBUTES..PRODUCER_ID)?);
+    Some(crc32c::crc32c_append(crc, batch.get(RECORD_COUNT..)?))
 }
 
 /// A copy of a partition entry's batches numbered from `first` on under producer epoch `epoch`
@@ -605,26 +622,39 @@ pub(crate) mod tests {
         Bytes::from(out)
     }
 
-    fn seq(producer_id: i64, epoch: i16, base: i32, records: i32) -> Option<Sequenced> {
-        Some(Sequenced {
-            producer_id,
-            epoch,
-            base,
-            records,
-        })
+    /// The producer numbering `sequenced` reads from `records`.
+    fn numbering(records: &Bytes) -> Option<(i64, i16, i32, i32)> {
+        sequenced(records).map(|s| (s.producer_id, s.epoch, s.base, s.records))
+    }
+
+    fn seq(producer_id: i64, epoch: i16, base: i32, records: i32) -> Option<(i64, i16, i32, i32)> {
+        Some((producer_id, epoch, base, records))
+    }
+
+    #[test]
+    fn content_survives_a_new_epoch_and_numbers_and_tells_other_records_apart() {
+        for c in CODECS {
+            let b = numbered(3, c);
+            let content = sequenced(&b).map(|s| s.content);
+            // What Java does to a batch in flight when it bumps its epoch (KIP-360).
+            let rewritten = renumber(&b, 1, 45).unwrap();
+            assert_eq!(sequenced(&rewritten).map(|s| s.content), content, "{c:?}");
+            let other = batch(&[None, None, Some("k")], c, 7, false);
+            assert_ne!(sequenced(&other).map(|s| s.content), content, "{c:?}");
+        }
     }
 
     #[test]
     fn sequenced_reads_producer_epoch_base_and_count_from_the_header() {
         for c in CODECS {
-            assert_eq!(sequenced(&numbered(3, c)), seq(7, 0, 0, 3), "{c:?}");
+            assert_eq!(numbering(&numbered(3, c)), seq(7, 0, 0, 3), "{c:?}");
         }
         // Other values, written into the header (sequenced reads no CRC).
         let b = numbered(2, Compression::None);
         let b = with_bytes(&b, PRODUCER_ID, &0x0102_0304_0506_0708i64.to_be_bytes());
         let b = with_bytes(&b, PRODUCER_EPOCH, &3i16.to_be_bytes());
         let b = with_bytes(&b, BASE_SEQUENCE, &1000i32.to_be_bytes());
-        assert_eq!(sequenced(&b), seq(0x0102_0304_0506_0708, 3, 1000, 2));
+        assert_eq!(numbering(&b), seq(0x0102_0304_0506_0708, 3, 1000, 2));
     }
 
     #[test]
@@ -632,11 +662,11 @@ pub(crate) mod tests {
         let second = renumber(&numbered(2, Compression::Lz4), 0, 3).unwrap();
         let third = renumber(&numbered(4, Compression::Zstd), 0, 5).unwrap();
         let entry = concat(&[&numbered(3, Compression::None), &second, &third]);
-        assert_eq!(sequenced(&entry), seq(7, 0, 0, 9));
+        assert_eq!(numbering(&entry), seq(7, 0, 0, 9));
         // Contiguous across the sequence wrap too.
         let last = renumber(&numbered(1, Compression::None), 0, i32::MAX).unwrap();
         let after = numbered(2, Compression::None);
-        assert_eq!(sequenced(&concat(&[&last, &after])), seq(7, 0, i32::MAX, 3));
+        assert_eq!(numbering(&concat(&[&last, &after])), seq(7, 0, i32::MAX, 3));
     }
 
     #[test]
@@ -739,7 +769,7 @@ pub(crate) mod tests {
             for at in (0..entry.len()).filter(|at| !fields(*at)) {
                 assert_eq!(out[at], entry[at], "{c:?}: byte {at}");
             }
-            assert_eq!(sequenced(&out), seq(7, 0, 100, 5), "{c:?}");
+            assert_eq!(numbering(&out), seq(7, 0, 100, 5), "{c:?}");
             // Renumbering a batch back to 0 gives the encoder's own bytes, CRC included.
             let alone = renumber(&first, 0, 100).unwrap();
             assert_eq!(renumber(&alone, 0, 0).unwrap(), first, "{c:?}");
@@ -760,7 +790,7 @@ pub(crate) mod tests {
             .map(|b| b.base_sequence)
             .collect();
         assert_eq!(bases, [i32::MAX - 1, 0, 3]);
-        assert_eq!(sequenced(&out), seq(7, 0, i32::MAX - 1, 6));
+        assert_eq!(numbering(&out), seq(7, 0, i32::MAX - 1, 6));
     }
 
     #[test]
@@ -773,7 +803,7 @@ pub(crate) mod tests {
         let infos = RecordBatchDecoder::decode_batch_info(&mut out.clone()).expect("valid CRCs");
         let epochs: Vec<i16> = infos.iter().map(|b| b.producer_epoch).collect();
         assert_eq!(epochs, [9, 9]);
-        assert_eq!(sequenced(&out), seq(7, 9, 40, 5));
+        assert_eq!(numbering(&out), seq(7, 9, 40, 5));
     }
 
     #[test]

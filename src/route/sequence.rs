@@ -79,6 +79,10 @@ pub struct BatchKey {
     /// The client's base sequence.
     pub base: i32,
     pub records: i32,
+    /// What the batch carries apart from its producer numbers
+    /// ([`crate::route::batch::Sequenced::content`]): the same when the client renumbers the
+    /// batch into a new epoch.
+    pub content: u32,
 }
 
 /// A batch kroute joined from several client batches ([`crate::route::join`]), to be resent
@@ -143,6 +147,7 @@ struct Assignment {
     epoch: i16,
     base: i32,
     records: i32,
+    content: u32,
     target: i32,
     seq: i32,
     /// The first number of the batch the broker sees: `seq`, unless the batch was joined
@@ -254,6 +259,7 @@ impl ClientPartition {
             epoch: key.epoch,
             base: key.base,
             records: key.records,
+            content: key.content,
             target,
             seq,
             batch_seq,
@@ -276,6 +282,62 @@ impl ClientPartition {
             self.recent.remove(resolved);
         }
         Some(())
+    }
+
+    /// What to do with `key`, seen for the first time, if it is a batch of an older epoch
+    /// that the client renumbered into its new one without having heard how it went.
+    ///
+    /// When Java bumps its epoch after a refusal (KIP-360), it renumbers the batches still in
+    /// flight on the partition from 0 in the new epoch and sends them again as they are
+    /// otherwise. Directly to a broker those batches are certainly not appended (the refused
+    /// one left a gap before them). Through kroute they went to lanes of their own: one kroute
+    /// answered with a retriable error although it may be appended (its success withheld, or
+    /// a retry refused while its first copy was unanswered: the batch owes its client an
+    /// answer) comes back renumbered, and numbered afresh it would be appended twice. So such a
+    /// batch is known again by its content ([`BatchKey::content`]), within the numbers the
+    /// client's renumbering reaches (the records of the older epoch's batches kroute
+    /// remembers), and answered as the batch it was.
+    fn renumbered(&mut self, key: &BatchKey) -> Option<Lookup> {
+        let older = |a: &&Assignment| a.epoch < key.epoch;
+        let reach: i64 = self
+            .recent
+            .iter()
+            .filter(older)
+            .map(|a| i64::from(a.records))
+            .sum();
+        if i64::from(key.base) >= reach {
+            return None;
+        }
+        let i = self.recent.iter().position(|a| {
+            a.epoch < key.epoch
+                && a.owes_answer
+                && a.records == key.records
+                && a.content == key.content
+        })?;
+        let a = &mut self.recent[i];
+        match a.state {
+            State::Acked => {
+                a.owes_answer = false;
+                let acked = Assignment {
+                    epoch: key.epoch,
+                    base: key.base,
+                    joined: None,
+                    ..a.clone()
+                };
+                // Remembered under its new numbers too, for a retry of those.
+                if self.make_room(key).is_some() {
+                    self.recent.push_back(acked);
+                }
+                Some(Lookup::Acknowledged)
+            }
+            // Its outcome is still to come: the client asks again.
+            State::InFlight => Some(Lookup::StillInFlight),
+            // Certainly not appended, or abandoned with the older epoch: numbered afresh.
+            State::Pending | State::Dead | State::Retry => {
+                a.owes_answer = false;
+                None
+            }
+        }
     }
 
     /// Notes a batch of this partition that is about to be placed afresh (see `unnumbered`).
@@ -348,6 +410,9 @@ impl Producer {
             }
         }
         let Some(i) = client.recent.iter().position(|a| a.is(key)) else {
+            if let Some(known) = client.renumbered(key) {
+                return known;
+            }
             client.seen_unnumbered(key);
             return Lookup::Fresh;
         };
@@ -368,7 +433,11 @@ impl Producer {
                 client.seen_unnumbered(key);
                 Lookup::Fresh
             }
-            State::InFlight => Lookup::StillInFlight,
+            State::InFlight => {
+                // The client is told to retry: it will not hear the first copy's outcome.
+                a.owes_answer = true;
+                Lookup::StillInFlight
+            }
             State::Pending if a.joined.is_some() => {
                 let (target, batch_seq, epoch) = (a.target, a.batch_seq, a.epoch);
                 let records = a.joined.clone().unwrap_or_default();
@@ -568,6 +637,10 @@ impl Producer {
         }
         if now == State::Retry && a.epoch < client_epoch {
             now = State::Dead;
+        }
+        if now != State::Acked {
+            // Not appended, or not known to be: the client's retry decides, nothing is owed.
+            a.owes_answer = false;
         }
         if was != now {
             lane.count(was, a.is_follower(), -1);

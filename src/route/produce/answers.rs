@@ -94,6 +94,7 @@ pub fn record(
         // No answer (or none kroute can read): each batch may or may not be appended.
         for b in batches {
             sequences.resolve(&b.key, b.target, b.seq, code::UNANSWERED);
+            tracing::trace!(key = ?b.key, b.target, b.seq, "unanswered");
         }
         return Err(UpstreamGone);
     };
@@ -119,6 +120,7 @@ pub fn record(
             }
         };
         let reported = sequences.resolve(&b.key, b.target, b.seq, said);
+        tracing::trace!(key = ?b.key, b.target, b.seq, said, reported, "answered");
         if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
             count_out_of_order(metrics, b, reported == said);
         }
@@ -213,6 +215,7 @@ mod tests {
             epoch: 0,
             base,
             records: 2,
+            content: base as u32,
         }
     }
 

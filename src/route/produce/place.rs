@@ -118,7 +118,13 @@ impl Place<'_, '_> {
         earlier_waits: bool,
     ) -> Placement {
         let counters = &self.proxy.metrics.sequencing;
-        match self.state.sequences.lookup(&key) {
+        let lookup = self.state.sequences.lookup(&key);
+        if let Lookup::ResendJoined(j) = &lookup {
+            tracing::trace!(?key, j.target, ?j.members, "looked up: resend joined");
+        } else {
+            tracing::trace!(?key, ?lookup, "looked up");
+        }
+        match lookup {
             Lookup::Acknowledged => {
                 counters.answered_from_memory.increment(1);
                 Placement::Local(code::NONE)

@@ -84,6 +84,11 @@ impl Links<'_> {
             .with_timeout_ms(shape.timeout_ms)
             .with_topic_data(topic_data);
         let frame = encode_part(&shape.header, &body, shape.version).unwrap_or_default();
+        if tracing::enabled!(tracing::Level::TRACE) {
+            for n in &numbered {
+                tracing::trace!(key = ?n.key, node = link.node_id, n.target, n.seq, "sent");
+            }
+        }
         let pending = self.pending(shape, numbered, to);
         match self
             .proxy

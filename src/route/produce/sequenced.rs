@@ -287,6 +287,7 @@ impl<'a> Planner<'a> {
                     epoch: s.epoch,
                     base: s.base,
                     records: s.records,
+                    content: s.content,
                 };
                 Inspected::Batch(key, records)
             }

@@ -561,6 +561,7 @@ fn key(partition: i32, base: i32) -> BatchKey {
         epoch: 0,
         base,
         records: 2,
+        content: (partition as u32) << 20 ^ base as u32,
     }
 }
 

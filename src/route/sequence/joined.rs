@@ -96,6 +96,7 @@ impl Producer {
                         epoch,
                         base: a.base,
                         records: a.records,
+                        content: a.content,
                     };
                     members.push((key, a.seq));
                 }

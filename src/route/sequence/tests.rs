@@ -15,6 +15,19 @@ fn key(partition: i32, epoch: i16, base: i32, records: i32) -> BatchKey {
         epoch,
         base,
         records,
+        // Every batch carries records of its own: another key is other content (a test that
+        // renumbers a batch the way a client does sets it: `renumbered`).
+        content: (partition as u32) << 24 ^ (epoch as u32) << 16 ^ base as u32,
+    }
+}
+
+/// Batch `k` as the client sends it again after moving it to `epoch` with base `base`: the
+/// same records.
+fn renumbered(k: &BatchKey, epoch: i16, base: i32) -> BatchKey {
+    BatchKey {
+        epoch,
+        base,
+        ..k.clone()
     }
 }
 
@@ -797,6 +810,94 @@ fn a_success_is_withheld_while_an_earlier_batch_of_its_partition_waits_for_a_ret
         assert!(!p.withholds_success(&b), "{error}");
         check_counters(&p);
     }
+}
+
+/// Issue 23 (`a_batch_refused_as_too_large_does_not_stop_the_others` read one batch twice):
+/// a refused batch makes Java bump its epoch and renumber its batches in flight on the
+/// partition into the new epoch. One of them was appended on a lane of its own, but its
+/// success was withheld (an earlier batch waited for a retry): the client's renumbered retry
+/// is the same batch and is answered from memory, not appended again.
+#[test]
+fn a_withheld_success_renumbered_into_the_clients_new_epoch_is_not_appended_again() {
+    let mut p = Producer::default();
+    let refused = key(0, 0, 0, 1);
+    let earlier = key(0, 0, 1, 15);
+    let later = key(0, 0, 16, 15);
+    let sr = place(&mut p, &refused, 1);
+    let se = place(&mut p, &earlier, 2);
+    let sl = place(&mut p, &later, 3);
+    assert_eq!(
+        answer(&mut p, &refused, 1, sr, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    assert_eq!(
+        answer(&mut p, &earlier, 2, se, REQUEST_TIMED_OUT),
+        REQUEST_TIMED_OUT
+    );
+    assert_eq!(answer(&mut p, &later, 3, sl, NONE), NONE);
+    assert!(p.withholds_success(&later));
+    // The client bumps its epoch and renumbers both from 0, in their order.
+    let earlier_again = renumbered(&earlier, 1, 0);
+    let later_again = renumbered(&later, 1, 15);
+    assert_eq!(p.lookup(&earlier_again), Lookup::Fresh);
+    assert_eq!(p.lookup(&later_again), Lookup::Acknowledged);
+    // Remembered under its new numbers too.
+    assert_eq!(p.lookup(&later_again), Lookup::Acknowledged);
+    // A batch of the new epoch with records of its own is new, whatever its size.
+    assert_eq!(p.lookup(&key(0, 1, 30, 15)), Lookup::Fresh);
+    check_counters(&p);
+}
+
+/// The same for a batch whose retry came while its first copy was still unanswered: the
+/// client was told to retry, so it does not hear the first copy's success; renumbered into a
+/// new epoch, it waits for that outcome and is then answered from memory.
+#[test]
+fn a_retry_refused_while_in_flight_and_renumbered_into_a_new_epoch_waits_for_the_first_copy() {
+    let mut p = Producer::default();
+    let refused = key(0, 0, 0, 1);
+    let b = key(0, 0, 1, 4);
+    let sr = place(&mut p, &refused, 1);
+    let sb = place(&mut p, &b, 2);
+    assert_eq!(p.lookup(&b), Lookup::StillInFlight);
+    assert_eq!(
+        answer(&mut p, &refused, 1, sr, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    let b_again = renumbered(&b, 1, 0);
+    assert_eq!(p.lookup(&b_again), Lookup::StillInFlight);
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    assert_eq!(p.lookup(&b_again), Lookup::Acknowledged);
+    check_counters(&p);
+}
+
+/// A renumbered batch kroute certainly did not append (refused behind a hole, or never
+/// answered with success) is numbered afresh in the new epoch, and the content match reaches
+/// no further than the older epoch's records: beyond them, even the same records are new.
+#[test]
+fn renumbered_batches_not_appended_and_new_ones_beyond_the_older_epoch_are_fresh() {
+    let mut p = Producer::default();
+    let refused = key(0, 0, 0, 1);
+    let b = key(0, 0, 1, 4);
+    let sr = place(&mut p, &refused, 1);
+    let sb = place(&mut p, &b, 2);
+    assert_eq!(p.lookup(&b), Lookup::StillInFlight);
+    assert_eq!(
+        answer(&mut p, &refused, 1, sr, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
+    // Beyond the 5 records of epoch 0: not a renumbering, however alike.
+    assert_eq!(p.lookup(&renumbered(&b, 1, 5)), Lookup::Fresh);
+    // Refused outright: not appended, so the renumbered one is new.
+    let mut q = Producer::default();
+    let c = key(0, 0, 0, 3);
+    let sc = place(&mut q, &c, 1);
+    assert_eq!(q.lookup(&c), Lookup::StillInFlight);
+    assert_eq!(
+        answer(&mut q, &c, 1, sc, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    assert_eq!(q.lookup(&renumbered(&c, 1, 0)), Lookup::Fresh);
 }
 
 #[test]
