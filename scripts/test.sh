@@ -51,7 +51,10 @@ export KROUTE_TEST_CLUSTER
 tests/java/build.sh >/dev/null
 tests/go/build.sh
 lap "Java and Go test clients"
-cargo test --all-targets "$@"
+# Every test binary runs even when one fails (--no-fail-fast), so a run shows every failure at
+# once; the command still fails then, after the fuzz smoke.
+tests_ok=1
+cargo test --all-targets --no-fail-fast "$@" || tests_ok=0
 lap "cargo test"
 
 # The fuzz smoke (docs/hardening.md, "Fuzzing"): a few seconds of libFuzzer per decoder, with the
@@ -60,4 +63,8 @@ lap "cargo test"
 if [ $# -eq 0 ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-3} FUZZ_QUICK_BUILD=1 scripts/fuzz-smoke.sh
   lap "fuzz smoke"
+fi
+if [ "$tests_ok" = 0 ]; then
+  echo "test.sh: some tests failed (cargo test's summary above names them)" >&2
+  exit 1
 fi

@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::librdkafka::{Produce, assert_exactly_once, consume_all, consume_ids, produce};
+use common::librdkafka::{Produce, ReadBack, assert_exactly_once, consume_ids, produce};
 use common::slow::*;
 use common::*;
 
@@ -85,8 +85,7 @@ fn java_default_producer_batches_move_without_sequence_errors() {
 
     let acked = run.acks();
     assert_eq!(acked.len(), 20000);
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }
 
@@ -179,8 +178,7 @@ fn librdkafka_idempotent_batches_move_and_nothing_is_lost_while_leaders_move() {
     );
 
     let acked: Vec<(String, i32)> = acked.into_iter().map(|a| (a.id, a.partition)).collect();
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&["upstream connection ended with requests in flight"]);
 }
 
@@ -220,8 +218,7 @@ fn default_producer_moves_exactly_once(
 
     let acked = run.acks();
     assert_eq!(acked.len(), 15_000);
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }
 
@@ -261,8 +258,7 @@ fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
 
     let acked = run.acks();
     assert_eq!(acked.len(), 15_000);
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&["upstream connection ended with requests in flight"]);
 }
 
@@ -298,8 +294,7 @@ fn a_leader_killed_mid_flight_loses_and_duplicates_nothing() {
 
     let acked = run.acks();
     assert_eq!(acked.len(), 20_000);
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[
         "upstream connection ended with requests in flight",
         "closing client connection: no upstream broker",
@@ -345,8 +340,7 @@ fn a_batch_refused_as_too_large_does_not_stop_the_others() {
     assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
 
     let acked = run.acks();
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }
 
@@ -442,12 +436,13 @@ fn after_a_kroute_crash_running_producers_are_routed_again_losing_nothing() {
     let acked = run.acks();
     assert_eq!(acked.len(), 15_000);
     let consumed = consume_ids(&kroute.bootstrap, &topic, ids(&acked));
-    let missing: Vec<&str> = ids(&acked)
-        .filter(|id| !consumed.contains_key(*id))
-        .take(10)
-        .collect();
-    assert!(missing.is_empty(), "acknowledged records lost: {missing:?}");
-    let twice = consumed.values().filter(|p| p.len() > 1).count();
+    let read = ReadBack::of(ids(&acked), &consumed);
+    assert!(
+        read.missing.is_empty() && read.unexpected.is_empty(),
+        "acknowledged records lost, or records never sent:\n{}",
+        read.describe()
+    );
+    let twice = read.duplicated.len();
     eprintln!("records appended twice across the crash: {twice}");
     assert!(
         twice <= 5 * 16 * 6,

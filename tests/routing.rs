@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::librdkafka::{Keys, Produce, assert_exactly_once, consume_all, produce};
+use common::librdkafka::{Keys, Produce, assert_exactly_once, produce};
 use common::slow::*;
 use common::*;
 
@@ -79,8 +79,7 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
     assert!(kroute.metric("kroute_batches_moved_total", &["from=\"2\""]) > 0.0);
 
     let acked = rd_acks([slow_phase, warm, fast_phase].concat());
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }
 
@@ -118,8 +117,7 @@ fn java_non_idempotent_keyless_producer_avoids_the_slow_broker() {
     assert_eq!(run.count("errors"), 0);
 
     let acked = run.acks();
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }
 
@@ -173,12 +171,10 @@ fn keyed_and_transactional_batches_stay_where_the_client_put_them() {
     );
 
     for (topic, acked) in [(&keyed, acked), (&txn_topic, txn.acks())] {
-        let consumed = consume_all(&kroute.bootstrap, topic, acked.len());
-        assert_exactly_once(ids(&acked), &consumed);
+        let consumed = assert_exactly_once(&kroute.bootstrap, topic, ids(&acked));
         for (id, partition) in &acked {
             assert_eq!(
-                consumed[id],
-                vec![*partition],
+                consumed[id][0].0, *partition,
                 "record {id} of {topic} moved"
             );
         }
@@ -209,10 +205,9 @@ fn mixed_keyed_and_keyless_batches_stay() {
         ..Default::default()
     };
     let acked = rd_acks(produce(&kroute.bootstrap, &topic, 2000, mixed));
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(ids(&acked), &consumed);
+    let consumed = assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     assert!(
-        consumed.values().all(|p| p == &vec![2]),
+        consumed.values().all(|copies| copies[0].0 == 2),
         "a mixed batch moved"
     );
     assert_eq!(kroute.metric("kroute_batches_moved_total", &[]), 0.0);
@@ -240,8 +235,7 @@ fn compressed_keyless_batches_move_in_every_codec() {
         };
         let acked = rd_acks(produce(&kroute.bootstrap, &topic, 4000, how));
         assert!(moved() > before, "{codec}: no batch moved");
-        let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-        assert_exactly_once(ids(&acked), &consumed);
+        assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     }
     assert_eq!(
         kroute.metric("kroute_batches_kept_total", &["reason=\"uninspectable\""]),

@@ -67,7 +67,7 @@ fn originate_scram_sha_512_over_sasl_ssl_serves_java_and_librdkafka() {
     java_round_trip(&kroute.bootstrap, &topic, 300, &[]);
     let acked = librdkafka::produce(&kroute.bootstrap, &topic, 200, Produce::default());
     assert_eq!(acked.len(), 200);
-    let read = librdkafka::consume_all(&kroute.bootstrap, &topic, 500);
+    let read = librdkafka::consume_all(&kroute.bootstrap, &topic);
     assert_eq!(read.len(), 500);
 
     assert!(
@@ -95,7 +95,7 @@ fn originate_plain_and_scram_sha_256_over_sasl_plaintext() {
         let run = common::producers::kafka_python(&kroute.bootstrap, &topic, 300, 1000, "kp-");
         run.assert_ok();
         assert_eq!(run.acks().len(), 300, "{mechanism}");
-        let read = librdkafka::consume_all(&kroute.bootstrap, &topic, 300);
+        let read = librdkafka::consume_all(&kroute.bootstrap, &topic);
         assert_eq!(read.len(), 300, "{mechanism}");
         assert!(sasl_metric(&kroute, "kroute_sasl_authentications_total", mechanism) >= 1.0);
         kroute.assert_clean_logs(&[]);
@@ -242,7 +242,7 @@ fn passthrough_librdkafka_authenticates_itself_and_routes_with_kroutes_identity(
     );
     run.assert_ok();
     assert_eq!(run.acks().len(), 500);
-    let read = librdkafka::consume_all_with(&kroute.bootstrap, &topic, 3500, &sasl);
+    let read = librdkafka::consume_all_with(&kroute.bootstrap, &topic, &sasl);
     assert_eq!(read.len(), 3500);
     assert!(read.values().all(|copies| copies.len() == 1), "duplicates");
     // alice's own connections wrote the topic, so her batches may move over kroute's.
@@ -371,7 +371,7 @@ fn originate_reauthenticates_through_three_session_lifetimes_without_client_erro
         "SCRAM-SHA-256",
     );
     assert!(reauths >= 3.0, "only {reauths} re-authentications in 35 s");
-    let read = librdkafka::consume_all(&kroute.bootstrap, &topic, 3500);
+    let read = librdkafka::consume_all(&kroute.bootstrap, &topic);
     assert_eq!(read.len(), 3500);
     assert!(read.values().all(|copies| copies.len() == 1), "duplicates");
     kroute.assert_clean_logs(&[]);

@@ -6,13 +6,18 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::librdkafka::{Produce, assert_exactly_once, consume_all, produce};
+use common::librdkafka::{Produce, assert_exactly_once, produce};
 use common::shutdown::*;
 use common::*;
+
+/// How long these tests wait for what kroute does at once (or at a drain timeout of seconds):
+/// far more than a loaded machine adds, and far less than a drain timeout of minutes, so that
+/// a connection, a listener or a process kroute left until then fails a wait.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 /// kroute with `drain_timeout_ms`.
 fn kroute_draining_for(ms: u64) -> Kroute {
@@ -25,7 +30,7 @@ fn kroute_draining_for(ms: u64) -> Kroute {
 /// A client connection that has made one round trip through kroute, then sits idle.
 fn idle_connection(addr: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).expect("connect to kroute");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
     let body = kafka_protocol::messages::ApiVersionsRequest::default();
     s.write_all(&request_frame(
         kafka_protocol::messages::ApiKey::ApiVersions,
@@ -44,10 +49,56 @@ fn fetch_in_flight(kroute: &Kroute, topic: &str, max_wait_ms: i32) -> TcpStream 
     let mut s = TcpStream::connect(format!("127.0.0.1:{}", kroute.port_base + 1)).unwrap();
     s.write_all(&long_poll_fetch(topic, 0, max_wait_ms, 42))
         .unwrap();
-    wait_for("the Fetch to reach kroute", Duration::from_secs(10), || {
+    wait_for("the Fetch to reach kroute", PATIENCE, || {
         (kroute.metric("kroute_requests_total", &["api=\"Fetch\""]) > before).then_some(())
     });
     s
+}
+
+/// Partition 0's high watermark in a Fetch v12 answer (a payload as [`read_frame`] returns it):
+/// how many records the broker had when it answered.
+fn high_watermark(payload: &[u8]) -> i64 {
+    use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader};
+    use kafka_protocol::protocol::Decodable;
+    let mut buf = bytes::Bytes::copy_from_slice(payload);
+    ResponseHeader::decode(&mut buf, ApiKey::Fetch.response_header_version(12))
+        .expect("Fetch response header");
+    FetchResponse::decode(&mut buf, 12)
+        .expect("Fetch response")
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| p.high_watermark)
+        .expect("partition 0 in the Fetch response")
+}
+
+/// What came next on a client connection.
+#[derive(Debug)]
+enum Next {
+    /// An answer frame.
+    Answer,
+    /// kroute ended the connection (EOF or reset).
+    Closed,
+    /// Nothing within the time given.
+    TimedOut,
+}
+
+/// Reads the next answer frame on `s`, waiting `timeout` at most.
+fn next_frame(s: &mut TcpStream, timeout: Duration) -> Next {
+    let ended = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Next::TimedOut,
+        _ => Next::Closed,
+    };
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut size = [0u8; 4];
+    if let Err(e) = s.read_exact(&mut size) {
+        return ended(e);
+    }
+    let mut payload = vec![0u8; i32::from_be_bytes(size).max(0) as usize];
+    match s.read_exact(&mut payload) {
+        Ok(()) => Next::Answer,
+        Err(e) => ended(e),
+    }
 }
 
 fn all_listeners(kroute: &Kroute) -> Vec<String> {
@@ -58,59 +109,71 @@ fn all_listeners(kroute: &Kroute) -> Vec<String> {
 
 #[test]
 fn sigterm_answers_the_request_in_flight_then_closes_refuses_new_connections_and_exits_0() {
-    let mut kroute = kroute_draining_for(20_000);
+    // A drain timeout far past every wait below: what kroute would only do at the drain timeout
+    // (close a connection, stop listening, exit) fails a wait instead of passing late.
+    let mut kroute = kroute_draining_for(180_000);
     let topic = unique("shut-fetch");
     create_topic_two_per_broker(&topic); // partition 0 is led by broker 1
     let mut idle = idle_connection(&kroute.bootstrap);
-    let sent = Instant::now();
-    let mut fetch = fetch_in_flight(&kroute, &topic, 6_000);
+    // The broker holds this Fetch of the empty partition 0 until a record arrives there (or
+    // 60 s pass): kroute owes it an answer until this test produces one, whatever the
+    // machine's speed.
+    let mut fetch = fetch_in_flight(&kroute, &topic, 60_000);
 
-    kroute.sigterm();
     let stopping = Instant::now();
-    wait_for("/ready 503", Duration::from_secs(2), || {
+    kroute.sigterm();
+    wait_for("/ready 503", PATIENCE, || {
         http_get(&kroute.admin, "/ready").filter(|(status, _)| *status == 503)
     });
-    let not_ready = Instant::now();
+    let not_ready = stopping.elapsed();
     // Liveness holds while it drains; the readiness gauge follows /ready.
     assert_eq!(http_get(&kroute.admin, "/health").map(|r| r.0), Some(200));
     assert_eq!(kroute.metric("kroute_ready", &[]), 0.0);
-    // The idle connection closes at once; no listener takes a new connection.
+    // The idle connection closes at once; no listener takes a new connection. (kroute cannot
+    // have exited: it still owes the Fetch its answer.)
     assert!(
-        closed_within(&mut idle, Duration::from_secs(2)),
+        closed_within(&mut idle, PATIENCE),
         "the idle connection was not closed"
     );
-    wait_for("every listener to refuse", Duration::from_secs(2), || {
+    wait_for("every listener to refuse", PATIENCE, || {
         all_listeners(&kroute)
             .iter()
             .all(|a| refused(a))
             .then_some(())
     });
     eprintln!(
-        "not ready after {:?}, listeners closed after {:?}",
-        not_ready - stopping,
+        "not ready after {not_ready:?}, listeners closed after {:?}",
         stopping.elapsed()
     );
 
-    // The Fetch the broker holds is answered, then the connection ends.
-    fetch
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
+    // The Fetch the broker holds is answered once partition 0 has a record (produced straight
+    // to the cluster: kroute takes no connection now), then the connection ends.
+    produce(
+        &cluster_bootstrap(),
+        &topic,
+        1,
+        Produce {
+            partition: Some(0),
+            ..Produce::default()
+        },
+    );
+    fetch.set_read_timeout(Some(PATIENCE)).unwrap();
     let answer = read_frame(&mut fetch).expect("the Fetch in flight was not answered");
-    let answered = Instant::now();
     assert_eq!(fetch_answer(&answer), (42, 0));
+    // With the record: held through everything above, until there was something to answer.
+    let records = high_watermark(&answer);
     assert!(
-        answered - sent >= Duration::from_secs(4) && answered > not_ready,
-        "the Fetch was answered after {:?}, /ready said 503 after {:?}: it was not held",
-        answered - sent,
-        not_ready - sent
+        records >= 1,
+        "the Fetch was answered before the record was produced (high watermark {records}): \
+         it was not held"
     );
     assert!(
-        closed_within(&mut fetch, Duration::from_secs(5)),
+        closed_within(&mut fetch, PATIENCE),
         "the connection stayed open after its last answer"
     );
     drop(fetch);
 
-    let status = kroute.wait_exit(Duration::from_secs(20));
+    let status = kroute.wait_exit(PATIENCE);
     assert!(status.success(), "kroute exited with {status}");
     let outcomes = drain_outcomes(&kroute, 1);
     assert_eq!(outcomes.len(), 1, "one shutdown: {outcomes:?}");
@@ -121,31 +184,36 @@ fn sigterm_answers_the_request_in_flight_then_closes_refuses_new_connections_and
 
 #[test]
 fn at_the_drain_timeout_a_connection_still_owed_an_answer_is_cut_and_kroute_exits_0() {
-    let mut kroute = kroute_draining_for(2_000);
+    const DRAIN: Duration = Duration::from_millis(2_000);
+    let mut kroute = kroute_draining_for(DRAIN.as_millis() as u64);
     let topic = unique("shut-cut");
     create_topic_two_per_broker(&topic);
     let mut idle = idle_connection(&kroute.bootstrap);
-    let mut fetch = fetch_in_flight(&kroute, &topic, 20_000);
+    // Held 60 s by the broker: its answer cannot come before a cut at the drain timeout.
+    let mut fetch = fetch_in_flight(&kroute, &topic, 60_000);
 
-    kroute.sigterm();
+    // kroute's drain clock starts when the signal reaches it, after this instant.
     let stopping = Instant::now();
+    kroute.sigterm();
+    // The idle connection closes at once (that it closed drained, not cut at the drain
+    // timeout, is kroute's count below).
     assert!(
-        closed_within(&mut idle, Duration::from_millis(1_500)),
-        "the idle connection did not close before the drain timeout"
+        closed_within(&mut idle, PATIENCE),
+        "the idle connection was not closed"
     );
-    fetch
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
-    assert!(
-        read_frame(&mut fetch).is_none(),
-        "a Fetch held 20 s was answered within a 2 s drain"
-    );
+    // The Fetch gets no answer: kroute ends its connection (not this test's wait), and not
+    // before the drain timeout.
+    let next = next_frame(&mut fetch, PATIENCE);
     let cut_after = stopping.elapsed();
     assert!(
-        cut_after >= Duration::from_millis(1_900) && cut_after < Duration::from_secs(6),
-        "cut after {cut_after:?}, the drain timeout is 2 s"
+        matches!(next, Next::Closed),
+        "a Fetch held 60 s, with a 2 s drain: {next:?} after {cut_after:?}"
     );
-    let status = kroute.wait_exit(Duration::from_secs(10));
+    assert!(
+        cut_after >= DRAIN,
+        "cut after {cut_after:?}, the drain timeout is {DRAIN:?}"
+    );
+    let status = kroute.wait_exit(PATIENCE);
     assert!(status.success(), "kroute exited with {status}");
     let outcomes = drain_outcomes(&kroute, 1);
     assert_eq!(outcomes.len(), 1, "one shutdown: {outcomes:?}");
@@ -162,8 +230,10 @@ fn java_idempotent_producer_through_three_sigterm_restarts_loses_and_duplicates_
     let topic = unique("shut-java");
     create_topic_two_per_broker(&topic);
 
+    // 60 s of records at a steady rate, so that the three restarts below (a few seconds each)
+    // come while the producer is still producing, however slow the machine.
     let count = 45_000;
-    let producer = java_produce_in_background(&kroute.bootstrap, &topic, count, 3_000, "sj-");
+    let producer = java_produce_in_background(&kroute.bootstrap, &topic, count, 750, "sj-");
     for round in 1..=3 {
         // Every kroute process carries produce traffic (a second or two) before it is stopped.
         wait_for(
@@ -190,8 +260,11 @@ fn java_idempotent_producer_through_three_sigterm_restarts_loses_and_duplicates_
     );
     let acked = run.acks();
     assert_eq!(acked.len(), count as usize);
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(acked.iter().map(|a| a.0.as_str()), &consumed);
+    assert_exactly_once(
+        &kroute.bootstrap,
+        &topic,
+        acked.iter().map(|a| a.0.as_str()),
+    );
 
     let outcomes = drain_outcomes(&kroute, 3);
     eprintln!("drained, cut at each shutdown: {outcomes:?}");
@@ -395,15 +468,18 @@ fn configured_by_environment_alone_with_json_logs_it_serves_clients_and_stops_cl
     let topic = unique("shut-json");
     create_topic(&topic, 3, &[]);
     let acked = produce(&kroute.bootstrap, &topic, 200, Produce::default());
-    let consumed = consume_all(&kroute.bootstrap, &topic, acked.len());
-    assert_exactly_once(acked.iter().map(|a| a.id.as_str()), &consumed);
+    assert_exactly_once(
+        &kroute.bootstrap,
+        &topic,
+        acked.iter().map(|a| a.id.as_str()),
+    );
 
     kroute.sigterm();
-    let status = kroute.wait_exit(Duration::from_secs(20));
+    let status = kroute.wait_exit(PATIENCE);
     assert!(status.success(), "kroute exited with {status}");
 
     // One JSON object per line, the event's fields at the top level; no warning.
-    kroute.wait_for_log(&["shutdown complete"], Duration::from_secs(10));
+    kroute.wait_for_log(&["shutdown complete"], PATIENCE);
     let lines: Vec<serde_json::Value> = kroute
         .logs()
         .iter()

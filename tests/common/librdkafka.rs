@@ -2,15 +2,15 @@
 //! everything back, check exactly-once.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{unique, wait_for};
+use super::unique;
 
 /// Which records carry a key (`key-<i % 13>`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -123,41 +123,49 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
     })
 }
 
-/// Reads `topic` from the beginning until `expect` records arrived (and a moment longer, so
-/// duplicates would show): id -> the partition of each copy found.
-pub fn consume_all(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<String, Vec<i32>> {
-    consume_all_with(bootstrap, topic, expect, &[])
+/// Every copy of each record read back: id -> (partition, offset) of each copy, in the order
+/// read.
+pub type Copies = BTreeMap<String, Vec<(i32, i64)>>;
+
+/// How long reading a topic back may take before the check reports what it has.
+const READ_BACK_DEADLINE: Duration = Duration::from_secs(90);
+
+/// Reads every partition of `topic` from the beginning up to its high watermark (every record
+/// an acks=all producer was told is in, and every copy of it). Stops there, or at the
+/// deadline, and returns what it read.
+pub fn consume_all(bootstrap: &str, topic: &str) -> Copies {
+    read_back(bootstrap, topic, &[], &BTreeSet::new())
 }
 
 /// [`consume_all`] with more client configuration (e.g. security).
-pub fn consume_all_with(
-    bootstrap: &str,
-    topic: &str,
-    expect: usize,
-    config: &[(&str, &str)],
-) -> BTreeMap<String, Vec<i32>> {
-    consume_until(bootstrap, topic, config, |n, _| n >= expect)
+pub fn consume_all_with(bootstrap: &str, topic: &str, config: &[(&str, &str)]) -> Copies {
+    read_back(bootstrap, topic, config, &BTreeSet::new())
 }
 
-/// Reads `topic` from the beginning until every id of `ids` arrived, however many duplicates
-/// come with them (and a moment longer): id -> the partition of each copy found.
+/// [`consume_all`], and if some of `ids` are not there by then, goes on reading until they
+/// arrive or the deadline passes (a record may be acknowledged before the high watermark
+/// passes it with acks=1).
 pub fn consume_ids<'a>(
     bootstrap: &str,
     topic: &str,
     ids: impl IntoIterator<Item = &'a str>,
-) -> BTreeMap<String, Vec<i32>> {
-    let wanted: std::collections::BTreeSet<String> = ids.into_iter().map(String::from).collect();
-    consume_until(bootstrap, topic, &[], |_, got| {
-        got.len() >= wanted.len() && wanted.iter().all(|id| got.contains_key(id))
-    })
+) -> Copies {
+    let wanted: BTreeSet<String> = ids.into_iter().map(String::from).collect();
+    read_back(bootstrap, topic, &[], &wanted)
 }
 
-fn consume_until(
+/// One partition being read back: where it must get to, and where it is.
+struct Progress {
+    high_watermark: i64,
+    next: i64,
+}
+
+fn read_back(
     bootstrap: &str,
     topic: &str,
     config: &[(&str, &str)],
-    done: impl Fn(usize, &BTreeMap<String, Vec<i32>>) -> bool,
-) -> BTreeMap<String, Vec<i32>> {
+    wanted: &BTreeSet<String>,
+) -> Copies {
     let mut client = ClientConfig::new();
     for (k, v) in config {
         client.set(*k, *v);
@@ -165,65 +173,174 @@ fn consume_until(
     let consumer: BaseConsumer = client
         .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("rd-check"))
-        .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
+        // Every record, committed or not: duplicates anywhere must show.
+        .set("isolation.level", "read_uncommitted")
         .create()
         .expect("rdkafka consumer");
-    consumer.subscribe(&[topic]).expect("subscribe");
-    let mut got: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    let mut n = 0;
-    let keep = |got: &mut BTreeMap<String, Vec<i32>>, m: &BorrowedMessage| {
-        let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-        let id = value.split(' ').next().unwrap_or_default().to_string();
-        got.entry(id).or_default().push(m.partition());
-    };
-    wait_for("all records consumed", Duration::from_secs(90), || {
-        // Drain what is there; wait_for's pause only comes when nothing arrived for 200 ms.
-        while !done(n, &got) {
-            match consumer.poll(Timeout::After(Duration::from_millis(200))) {
-                Some(Ok(m)) => {
-                    keep(&mut got, &m);
-                    n += 1;
-                }
-                Some(Err(_)) | None => break,
-            }
+    let deadline = Instant::now() + READ_BACK_DEADLINE;
+    let mut progress = assign_from_start(&consumer, topic);
+    let mut got = Copies::new();
+    loop {
+        let all_read = progress.values().all(|p| p.next >= p.high_watermark);
+        let all_wanted = got.len() >= wanted.len() && wanted.iter().all(|id| got.contains_key(id));
+        if all_read && all_wanted {
+            return got;
         }
-        done(n, &got).then_some(())
-    });
-    for _ in 0..10 {
-        if let Some(Ok(m)) = consumer.poll(Timeout::After(Duration::from_millis(100))) {
-            keep(&mut got, &m);
+        if Instant::now() >= deadline {
+            eprintln!(
+                "read-back of {topic}: deadline passed, {} ids read",
+                got.len()
+            );
+            return got;
+        }
+        if all_read {
+            // Something acknowledged is not below the watermarks read at the start yet.
+            refresh_watermarks(&consumer, topic, &mut progress);
+        }
+        match consumer.poll(Timeout::After(Duration::from_millis(200))) {
+            Some(Ok(m)) => {
+                let value = String::from_utf8_lossy(m.payload().unwrap_or_default());
+                let id = value.split(' ').next().unwrap_or_default().to_string();
+                got.entry(id).or_default().push((m.partition(), m.offset()));
+                if let Some(p) = progress.get_mut(&m.partition()) {
+                    p.next = p.next.max(m.offset() + 1);
+                }
+            }
+            Some(Err(e)) => eprintln!("read-back of {topic}: {e}"),
+            None => note_positions(&consumer, &mut progress),
         }
     }
-    got
 }
 
-/// Every acknowledged id consumed exactly once, and nothing else.
-pub fn assert_exactly_once<'a>(
-    acked: impl IntoIterator<Item = &'a str>,
-    consumed: &BTreeMap<String, Vec<i32>>,
+/// Assigns every partition of `topic` from its first offset; its watermarks, per partition.
+fn assign_from_start(consumer: &BaseConsumer, topic: &str) -> BTreeMap<i32, Progress> {
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .expect("topic metadata");
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    assert!(!partitions.is_empty(), "{topic} has no partitions");
+    let mut progress = BTreeMap::new();
+    let mut list = TopicPartitionList::new();
+    for p in partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, timeout)
+            .expect("watermarks");
+        list.add_partition_offset(topic, p, Offset::Offset(low))
+            .expect("partition offset");
+        progress.insert(
+            p,
+            Progress {
+                high_watermark: high,
+                next: low,
+            },
+        );
+    }
+    consumer.assign(&list).expect("assign");
+    progress
+}
+
+fn refresh_watermarks(
+    consumer: &BaseConsumer,
+    topic: &str,
+    progress: &mut BTreeMap<i32, Progress>,
 ) {
-    let ids: Vec<&str> = acked.into_iter().collect();
-    let unique_ids: BTreeSet<&str> = ids.iter().copied().collect();
-    assert_eq!(unique_ids.len(), ids.len(), "ids are unique");
-    let missing: Vec<&&str> = unique_ids
-        .iter()
-        .filter(|id| !consumed.contains_key(**id))
-        .take(5)
-        .collect();
+    for (p, at) in progress.iter_mut() {
+        if let Ok((_, high)) = consumer.fetch_watermarks(topic, *p, Duration::from_secs(10)) {
+            at.high_watermark = high;
+        }
+    }
+}
+
+/// Moves each partition's progress to the consumer's position: it passes offsets that carry
+/// no record for the application (transaction markers).
+fn note_positions(consumer: &BaseConsumer, progress: &mut BTreeMap<i32, Progress>) {
+    let Ok(positions) = consumer.position() else {
+        return;
+    };
+    for e in positions.elements() {
+        if let (Some(p), Offset::Offset(o)) = (progress.get_mut(&e.partition()), e.offset()) {
+            p.next = p.next.max(o);
+        }
+    }
+}
+
+/// What reading a topic back found against what was acknowledged.
+pub struct ReadBack<'a> {
+    /// Acknowledged, never read.
+    pub missing: Vec<&'a str>,
+    /// Read more than once: every copy's (partition, offset).
+    pub duplicated: Vec<(&'a str, &'a [(i32, i64)])>,
+    /// Read, never acknowledged.
+    pub unexpected: Vec<(&'a str, &'a [(i32, i64)])>,
+}
+
+impl<'a> ReadBack<'a> {
+    pub fn of(acked: impl IntoIterator<Item = &'a str>, read: &'a Copies) -> Self {
+        let acked: Vec<&str> = acked.into_iter().collect();
+        let unique: BTreeSet<&str> = acked.iter().copied().collect();
+        assert_eq!(unique.len(), acked.len(), "acknowledged ids are unique");
+        ReadBack {
+            missing: unique
+                .iter()
+                .copied()
+                .filter(|id| !read.contains_key(*id))
+                .collect(),
+            duplicated: read
+                .iter()
+                .filter(|(id, copies)| copies.len() > 1 && unique.contains(id.as_str()))
+                .map(|(id, copies)| (id.as_str(), copies.as_slice()))
+                .collect(),
+            unexpected: read
+                .iter()
+                .filter(|(id, _)| !unique.contains(id.as_str()))
+                .map(|(id, copies)| (id.as_str(), copies.as_slice()))
+                .collect(),
+        }
+    }
+
+    /// The three lists, counted, with the first few of each.
+    pub fn describe(&self) -> String {
+        const SHOWN: usize = 20;
+        let mut missing = self.missing.clone();
+        missing.truncate(SHOWN);
+        format!(
+            "missing {} (acknowledged, never read): {missing:?}\n\
+             duplicated {} (id, [(partition, offset)...]): {:?}\n\
+             unexpected {} (read, never acknowledged): {:?}",
+            self.missing.len(),
+            self.duplicated.len(),
+            &self.duplicated[..self.duplicated.len().min(SHOWN)],
+            self.unexpected.len(),
+            &self.unexpected[..self.unexpected.len().min(SHOWN)],
+        )
+    }
+
+    pub fn is_exactly_once(&self) -> bool {
+        self.missing.is_empty() && self.duplicated.is_empty() && self.unexpected.is_empty()
+    }
+}
+
+/// Reads `topic` back through `bootstrap` ([`consume_ids`]) and checks that every acknowledged
+/// id is there exactly once, and nothing else; otherwise fails naming what is missing, what is
+/// there twice (where) and what is there unacknowledged. Returns what it read.
+pub fn assert_exactly_once<'a>(
+    bootstrap: &str,
+    topic: &str,
+    acked: impl IntoIterator<Item = &'a str>,
+) -> Copies {
+    let acked: Vec<&str> = acked.into_iter().collect();
+    let read = consume_ids(bootstrap, topic, acked.iter().copied());
+    let report = ReadBack::of(acked, &read);
     assert!(
-        missing.is_empty(),
-        "acknowledged records missing: {missing:?}"
+        report.is_exactly_once(),
+        "{topic} read back, not exactly once:\n{}",
+        report.describe()
     );
-    let twice: Vec<(&String, &Vec<i32>)> = consumed
-        .iter()
-        .filter(|(_, p)| p.len() > 1)
-        .take(5)
-        .collect();
-    assert!(twice.is_empty(), "records consumed twice: {twice:?}");
-    assert_eq!(
-        consumed.len(),
-        ids.len(),
-        "nothing but what was acknowledged"
-    );
+    read
 }
