@@ -848,21 +848,29 @@ fn a_withheld_success_renumbered_into_the_clients_new_epoch_is_not_appended_agai
     check_counters(&p);
 }
 
+/// A batch refused as too large on lane 1, and the client's next batch, 4 records on lane 2,
+/// still in flight when the client retries it (answered "still in flight") and when the
+/// refusal comes: the client then bumps its epoch. Returns that batch and its number.
+fn retried_in_flight_behind_a_refusal(p: &mut Producer) -> (BatchKey, i32) {
+    let refused = key(0, 0, 0, 1);
+    let b = key(0, 0, 1, 4);
+    let sr = place(p, &refused, 1);
+    let sb = place(p, &b, 2);
+    assert_eq!(p.lookup(&b), Lookup::StillInFlight);
+    assert_eq!(
+        answer(p, &refused, 1, sr, MESSAGE_TOO_LARGE),
+        MESSAGE_TOO_LARGE
+    );
+    (b, sb)
+}
+
 /// The same for a batch whose retry came while its first copy was still unanswered: the
 /// client was told to retry, so it does not hear the first copy's success; renumbered into a
 /// new epoch, it waits for that outcome and is then answered from memory.
 #[test]
 fn a_retry_refused_while_in_flight_and_renumbered_into_a_new_epoch_waits_for_the_first_copy() {
     let mut p = Producer::default();
-    let refused = key(0, 0, 0, 1);
-    let b = key(0, 0, 1, 4);
-    let sr = place(&mut p, &refused, 1);
-    let sb = place(&mut p, &b, 2);
-    assert_eq!(p.lookup(&b), Lookup::StillInFlight);
-    assert_eq!(
-        answer(&mut p, &refused, 1, sr, MESSAGE_TOO_LARGE),
-        MESSAGE_TOO_LARGE
-    );
+    let (b, sb) = retried_in_flight_behind_a_refusal(&mut p);
     let b_again = renumbered(&b, 1, 0);
     assert_eq!(p.lookup(&b_again), Lookup::StillInFlight);
     assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
@@ -876,15 +884,7 @@ fn a_retry_refused_while_in_flight_and_renumbered_into_a_new_epoch_waits_for_the
 #[test]
 fn renumbered_batches_not_appended_and_new_ones_beyond_the_older_epoch_are_fresh() {
     let mut p = Producer::default();
-    let refused = key(0, 0, 0, 1);
-    let b = key(0, 0, 1, 4);
-    let sr = place(&mut p, &refused, 1);
-    let sb = place(&mut p, &b, 2);
-    assert_eq!(p.lookup(&b), Lookup::StillInFlight);
-    assert_eq!(
-        answer(&mut p, &refused, 1, sr, MESSAGE_TOO_LARGE),
-        MESSAGE_TOO_LARGE
-    );
+    let (b, sb) = retried_in_flight_behind_a_refusal(&mut p);
     assert_eq!(answer(&mut p, &b, 2, sb, NONE), NONE);
     // Beyond the 5 records of epoch 0: not a renumbering, however alike.
     assert_eq!(p.lookup(&renumbered(&b, 1, 5)), Lookup::Fresh);
