@@ -5,9 +5,10 @@
 #
 #   scripts/repeat-tests.sh N [--hog]
 #
-# The cluster is started once (in the mode scripts/test.sh wants) and left running between runs,
-# so each run is the test command's own work. Each run's output goes to target/repeat/run-K.log;
-# target/repeat/summary gets a line per run: "run K: pass|FAIL in S s". Exits 1 if any run failed.
+# The cluster is started once, by the first run, and left running afterwards (`scripts/cluster.sh
+# stop` stops it), so each later run is the test command's own work. Each run's output goes to
+# target/repeat/run-K.log; target/repeat/summary gets a line per run: "run K: pass|FAIL in S s".
+# Exits 1 if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,10 @@ if [ "$hog" = 1 ]; then
   hog_pid=$!
   echo "repeat-tests: CPU hog on core $core (pid $hog_pid)" | tee -a "$out/summary"
 fi
+
+# The first run starts the cluster and leaves it running (KROUTE_KEEP_CLUSTER), the next ones
+# use it as it is.
+export KROUTE_KEEP_CLUSTER=1
 
 failed=0
 for k in $(seq 1 "$runs"); do

@@ -42,7 +42,12 @@ if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status" || ! grep -qx 
   scripts/cluster.sh start --relayed --secured
   started_here=1
 fi
-cleanup() { if [ "$started_here" = 1 ]; then scripts/cluster.sh stop >/dev/null 2>&1 || true; fi; }
+# KROUTE_KEEP_CLUSTER=1 leaves a cluster started here running (scripts/repeat-tests.sh).
+cleanup() {
+  if [ "$started_here" = 1 ] && [ "${KROUTE_KEEP_CLUSTER:-0}" != 1 ]; then
+    scripts/cluster.sh stop >/dev/null 2>&1 || true
+  fi
+}
 trap cleanup EXIT
 lap "cluster"
 
