@@ -230,10 +230,10 @@ fn java_idempotent_producer_through_three_sigterm_restarts_loses_and_duplicates_
     let topic = unique("shut-java");
     create_topic_two_per_broker(&topic);
 
-    // 60 s of records at a steady rate, so that the three restarts below (a few seconds each)
-    // come while the producer is still producing, however slow the machine.
-    let count = 45_000;
-    let producer = java_produce_in_background(&kroute.bootstrap, &topic, count, 750, "sj-");
+    // 30 s of records at a steady rate, so that the three restarts below (a few seconds each,
+    // about 12 s in all here) come while the producer is still producing on a slow machine.
+    let count = 30_000;
+    let producer = java_produce_in_background(&kroute.bootstrap, &topic, count, 1_000, "sj-");
     for round in 1..=3 {
         // Every kroute process carries produce traffic (a second or two) before it is stopped.
         wait_for(

@@ -5,7 +5,9 @@
 //!
 //! The images are built once per run (scripts/image.sh skips cargo when the static binary is
 //! fresh); the container tests run one at a time ([`container::serial`]). Containers use the
-//! host network: the cluster's brokers listen on, and advertise, 127.0.0.1.
+//! host network: the cluster's brokers listen on, and advertise, 127.0.0.1. One that needs no
+//! network (`--version`, `check-config`) runs with `--network none`: podman's default bridge
+//! needs iptables for netavark, which a fresh machine does not have.
 
 mod common;
 
@@ -215,7 +217,14 @@ fn image_is_small_static_non_root_and_documents_its_ports() {
     assert!(roots > 50, "only {roots} CA certificates in the bundle");
     let _ = std::fs::remove_file(&tar);
 
-    let version = podman_ok(&["run", "--rm", &images.kroute, "--version"]);
+    let version = podman_ok(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        &images.kroute,
+        "--version",
+    ]);
     assert_eq!(
         version.trim(),
         format!("kroute {}", env!("CARGO_PKG_VERSION"))
@@ -225,6 +234,8 @@ fn image_is_small_static_non_root_and_documents_its_ports() {
     let effective = podman_ok(&[
         "run",
         "--rm",
+        "--network",
+        "none",
         "-e",
         "KROUTE_BOOTSTRAP_SERVERS=kafka-a.example:9093,kafka-b.example:9093",
         "-e",
@@ -318,7 +329,16 @@ fn image_upstream_tls_trusts_its_ca_bundle_and_ssl_cert_file() {
     let ca = format!("{}:/certs/ca.pem:ro", secured.path("ca").display());
 
     // check-config builds the TLS client: it fails when no CA certificate can be loaded.
-    let ok = podman(&["run", "--rm", "-v", &mount, &images.kroute, "check-config"]);
+    let ok = podman(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        &mount,
+        &images.kroute,
+        "check-config",
+    ]);
     assert!(
         ok.status.success(),
         "check-config with the image's CA bundle failed: {}",
@@ -327,6 +347,8 @@ fn image_upstream_tls_trusts_its_ca_bundle_and_ssl_cert_file() {
     let missing = podman(&[
         "run",
         "--rm",
+        "--network",
+        "none",
         "-v",
         &mount,
         "-e",

@@ -285,9 +285,9 @@ fn an_idempotent_producer_rides_out_a_stuck_broker() {
     let topic = unique("route-stuck");
     create_topic_two_per_broker(&topic);
 
-    // 30 s of records at a steady rate: broker 2 gets stuck (some 3 s in) while the producer is
-    // still producing, however slow the machine.
-    let count = 45_000;
+    // 20 s of records at a steady rate: broker 2 gets stuck (some 3 s in) while the producer is
+    // still producing on a slow machine.
+    let count = 30_000;
     let producer = java_produce_in_background(&kroute.bootstrap, &topic, count, 1_500, "st-");
     wait_for(
         "produce traffic to broker 2 through kroute",
