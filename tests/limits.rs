@@ -511,21 +511,30 @@ fn a_client_that_never_reads_stops_being_read_and_others_keep_working() {
         }
         hostile.push(s);
     }
-    // Stalled: each stops being read. It pauses once, at its own limit, or at the total if the
-    // other's answers are in by then (which depends on who is faster, this test or the broker),
-    // and never resumes: what it holds only grows. kroute counts a Fetch when it takes it,
-    // before it decides whether to read on: once both have paused, every Fetch kroute will
-    // ever take from them is counted.
+    // Stalled: both paused, every Fetch kroute took answered by the broker, and none taken for
+    // a second. (A connection may pause more than once: an answer smaller than the room it
+    // reserved, or bytes the kernel still takes, let it read a little more first. Once every
+    // Fetch it took is answered and nothing moves, nothing can free room again.)
+    let answered = || {
+        scrape(
+            &kroute,
+            "kroute_upstream_request_duration_seconds_count",
+            &["api=\"Fetch\""],
+        )
+    };
+    let mut last = (fetches(), Instant::now());
     wait_for("kroute to stop reading them", PATIENCE, || {
-        (pauses("connection") + pauses("total") >= 2.0).then_some(())
+        let now = fetches();
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+        let paused = pauses("connection") + pauses("total") >= 2.0;
+        let quiet = last.1.elapsed() >= Duration::from_secs(1);
+        (paused && quiet && answered() >= now).then_some(())
     });
     let stalled_fetches = fetches();
-    // The answers to the Fetches taken come in: the clients hold the total.
-    wait_for(
-        "the never-reading clients to hold the total",
-        PATIENCE,
-        || (buffered() >= 1.0 * MIB).then_some(()),
-    );
+    // The answers to the Fetches taken are in: the clients hold the total.
+    assert!(buffered() >= 1.0 * MIB, "{} bytes buffered", buffered());
     // Nothing more is forwarded; each connection holds at most its limit and the answers to
     // the (at most two) Fetches in flight when it paused: 3 MiB.
     let mut peak: f64 = 0.0;
