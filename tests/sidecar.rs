@@ -217,25 +217,14 @@ fn image_is_small_static_non_root_and_documents_its_ports() {
     assert!(roots > 50, "only {roots} CA certificates in the bundle");
     let _ = std::fs::remove_file(&tar);
 
-    let version = podman_ok(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        &images.kroute,
-        "--version",
-    ]);
+    let version = podman_ok_offline(&[&images.kroute, "--version"]);
     assert_eq!(
         version.trim(),
         format!("kroute {}", env!("CARGO_PKG_VERSION"))
     );
 
     // The image's own configuration, with environment variables and a flag over it.
-    let effective = podman_ok(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
+    let effective = podman_ok_offline(&[
         "-e",
         "KROUTE_BOOTSTRAP_SERVERS=kafka-a.example:9093,kafka-b.example:9093",
         "-e",
@@ -310,6 +299,21 @@ fn image_fronts_a_broker_named_by_host_name() {
     );
 }
 
+/// `podman run --rm --network none ARGS`: a container that needs no network (podman's default
+/// bridge needs iptables, which a fresh machine does not have).
+fn podman_offline(args: &[&str]) -> std::process::Output {
+    podman(&offline(args))
+}
+
+fn offline<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    [&["run", "--rm", "--network", "none"], args].concat()
+}
+
+/// [`podman_offline`], failing the test if it fails; its stdout.
+fn podman_ok_offline(args: &[&str]) -> String {
+    podman_ok(&offline(args))
+}
+
 #[test]
 fn image_upstream_tls_trusts_its_ca_bundle_and_ssl_cert_file() {
     let _serial = container::serial();
@@ -329,26 +333,13 @@ fn image_upstream_tls_trusts_its_ca_bundle_and_ssl_cert_file() {
     let ca = format!("{}:/certs/ca.pem:ro", secured.path("ca").display());
 
     // check-config builds the TLS client: it fails when no CA certificate can be loaded.
-    let ok = podman(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        &mount,
-        &images.kroute,
-        "check-config",
-    ]);
+    let ok = podman_offline(&["-v", &mount, &images.kroute, "check-config"]);
     assert!(
         ok.status.success(),
         "check-config with the image's CA bundle failed: {}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let missing = podman(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
+    let missing = podman_offline(&[
         "-v",
         &mount,
         "-e",
