@@ -298,7 +298,11 @@ impl ClientPartition {
     /// client's renumbering reaches (the records of the older epoch's batches kroute
     /// remembers), and answered as the batch it was.
     fn renumbered(&mut self, key: &BatchKey) -> Option<Lookup> {
+        // Asked for every fresh batch: the search that almost always finds nothing goes first.
         let older = |a: &&Assignment| a.epoch < key.epoch;
+        let i = self.recent.iter().position(|a| {
+            older(&a) && a.owes_answer && a.records == key.records && a.content == key.content
+        })?;
         let reach: i64 = self
             .recent
             .iter()
@@ -308,12 +312,6 @@ impl ClientPartition {
         if i64::from(key.base) >= reach {
             return None;
         }
-        let i = self.recent.iter().position(|a| {
-            a.epoch < key.epoch
-                && a.owes_answer
-                && a.records == key.records
-                && a.content == key.content
-        })?;
         let a = &mut self.recent[i];
         match a.state {
             State::Acked => {
