@@ -35,14 +35,18 @@ fn topic(prefix: &str) -> String {
 }
 
 /// Produces `n` records to partition 0 through kroute and waits until kroute has polled twice
-/// since: its newest log end then includes them.
-fn produce_seen(k: &Kroute, topic: &str, n: usize) {
+/// since (one after another: the second poll began after the records were in), so its newest
+/// log end includes them. Returns when the records were in, before the polls (ms since the
+/// epoch).
+fn produce_seen(k: &Kroute, topic: &str, n: usize) -> i64 {
     let how = Produce {
         partition: Some(0),
         ..Produce::default()
     };
     assert_eq!(produce(&k.bootstrap, topic, n, how).len(), n);
+    let produced_at = wall_ms();
     polls_pass(k, 2);
+    produced_at
 }
 
 fn polls_pass(k: &Kroute, n: u32) {
@@ -375,15 +379,15 @@ fn a_paused_consumer_reports_the_pause_as_time_lag() {
     let mut caught_up_at = 0;
     // Caught up: the consumer commits every step's log end.
     for _ in 0..3 {
-        // kroute's last reading at `committed` comes after this step is in (produce_step
+        // kroute's last reading at `committed` comes after this step is in (produce_seen
         // waits for a poll that began after it), and is dated no earlier.
-        caught_up_at = produce_step(&k, &topic);
+        caught_up_at = produce_seen(&k, &topic, 10);
         committed += 10;
         commit(&c, &topic, committed);
     }
     // Paused: the producer goes on, the consumer does not. kroute's last reading at
     // `committed` is dated before the polls seen after the next step completed.
-    produce_step(&k, &topic);
+    produce_seen(&k, &topic, 10);
     let moved_on_by = wall_ms();
     let mut readings = 0;
     let v = wait_for("a time lag of 5 s", Duration::from_secs(60), || {
@@ -415,18 +419,4 @@ fn a_paused_consumer_reports_the_pause_as_time_lag() {
     );
     assert!(metric >= seconds * 0.99, "{metric} < {seconds}");
     k.assert_clean_logs(&[]);
-}
-
-/// Adds 10 records to partition 0 through kroute and waits until kroute has polled twice
-/// since (one after another: the second poll began after the records were in). Returns when
-/// the records were in, before the polls.
-fn produce_step(k: &Kroute, topic: &str) -> i64 {
-    let how = Produce {
-        partition: Some(0),
-        ..Produce::default()
-    };
-    assert_eq!(produce(&k.bootstrap, topic, 10, how).len(), 10);
-    let produced_at = wall_ms();
-    polls_pass(k, 2);
-    produced_at
 }
