@@ -64,10 +64,7 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
 
     // Equal would be 0.33. Shares are noisy on a loaded 2-core machine: the bounds leave room
     // for that and still fail if routing does not react, or does not give the traffic back.
-    assert!(
-        slow_share < 0.2,
-        "slow broker 2 still got {slow_share:.3} of the bytes (equal: 0.33)"
-    );
+    assert_slow_broker_avoided(slow_share, "librdkafka");
     assert!(
         recovered_share > 0.2,
         "recovered broker 2 got only {recovered_share:.3} of the bytes"
@@ -109,11 +106,7 @@ fn java_non_idempotent_keyless_producer_avoids_the_slow_broker() {
         ],
     );
     let share = share_of_broker_2(before, produce_bytes(kroute));
-    eprintln!("broker 2 share with the Java producer: {share:.3}");
-    assert!(
-        share < 0.2,
-        "slow broker 2 got {share:.3} of the Java producer's bytes (equal: 0.33)"
-    );
+    assert_slow_broker_avoided(share, "Java");
     assert_eq!(run.count("errors"), 0);
 
     let acked = run.acks();
