@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Local Apache Kafka test cluster for kroute: 1 KRaft controller + 3 brokers on 127.0.0.1.
+# Local Apache Kafka test cluster for kroute: 1 KRaft controller (or 1 ZooKeeper server) + 3
+# brokers on 127.0.0.1, of any Kafka version from 2.8 to 4.x.
 #
-#   scripts/cluster.sh start [--relayed|--direct] [--secured]
+#   scripts/cluster.sh start [--relayed|--direct] [--secured] [--kraft|--zookeeper]
 #                                            format (if fresh) + start all nodes, wait until the 3
 #                                            brokers are registered; last stdout line = bootstrap.
+#                                            Kafka $KROUTE_KAFKA_VERSION (default 4.1.2); metadata
+#                                            in KRaft or ZooKeeper: the flag, else
+#                                            $KROUTE_CLUSTER_METADATA, else zookeeper before 4.0
+#                                            and kraft from 4.0 (see "Versions" below).
 #                                            Mode (see below): the flag, else $KROUTE_CLUSTER_MODE,
 #                                            else direct; a (partly) running cluster keeps its mode.
 #                                            --secured (or $KROUTE_CLUSTER_SECURED=1): also the TLS
@@ -51,13 +56,24 @@
 #                                            flag), wait until registered
 #   scripts/cluster.sh elect-leaders [TOPIC] preferred leader election (auto rebalance is off, so
 #                                            leaders stay where failover put them until this)
-#   scripts/cluster.sh lib                   fetch (once) and print the Kafka jar dir:
+#   scripts/cluster.sh lib [VERSION|default] fetch (once) and print the Kafka jar dir of the
+#                                            cluster's version (or of VERSION, or of the default):
 #                                              java -cp "$(scripts/cluster.sh lib)/*" CLASS ...
+#   scripts/cluster.sh default-version       the version `start` runs when not told (4.1.2)
 #   scripts/cluster.sh tool CLASS ARGS...    run a Kafka tool class with quiet logging, e.g.
 #                                              tool org.apache.kafka.tools.ProducerPerformance ...
 #
-# Layout: controller node 100 at 127.0.0.1:19091 (controller only, so any broker can be killed);
-# brokers 1,2,3 at 127.0.0.1:19092/19093/19094.
+# Layout: controller node 100 at 127.0.0.1:19091 (controller only, so any broker can be killed;
+# in zookeeper mode the ZooKeeper server); brokers 1,2,3 at 127.0.0.1:19092/19093/19094.
+#
+# Versions: any released Apache Kafka from 2.8.0 to 4.x that Maven Central serves (tested:
+# 2.8.2, 3.3.1, 3.6.2, 3.9.1, 4.0.2, 4.1.2, 4.2.2, 4.4.0; scripts/matrix.sh). 2.x and 3.x log
+# with log4j 1 (scripts/kafka/log4j*.properties) and run ZooKeeper from the ZooKeeper jar they
+# depend on (KRaft from 3.3, secured KRaft from 3.5: SCRAM users at format time); 4.x logs with
+# log4j2 and runs KRaft only. Tools are named by their 4.x classes (`tool` maps them to the old
+# kafka.admin ones on older versions). `start` writes the version and metadata mode to
+# <state>/version and <state>/metadata: later commands use the cluster's version, whatever
+# KROUTE_KAFKA_VERSION says; `start` of another version on a running cluster (or kept data) fails.
 #
 # Modes (persisted in <state>/mode by start, so later commands such as start-broker use it):
 #   direct   (default) brokers advertise their own listeners 19092..19094.
@@ -115,8 +131,10 @@
 # plaintext= ssl= mtls= sasl_plaintext= sasl_ssl= reauth= each as 127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3.
 #
 # Environment:
-#   KROUTE_KAFKA_VERSION  Apache Kafka version from Maven Central (default 4.1.2)
-#   KROUTE_CACHE          jar dir (default $HOME/.cache/kroute/kafka-lib-<version>)
+#   KROUTE_KAFKA_VERSION  Apache Kafka version from Maven Central for `start` (default 4.1.2)
+#   KROUTE_CLUSTER_METADATA  kraft or zookeeper: the metadata mode `start` uses when given no flag
+#   KROUTE_CACHE          where each version's jars go, in kafka-lib-<version> (default
+#                         $HOME/.cache/kroute)
 #   KROUTE_CLUSTER_DIR    state dir: config/, data/, logs/, pids/, delay/, cap/, pki/, mode,
 #                         secured
 #                         (default <repo>/target/cluster)
@@ -136,9 +154,14 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
 KAFKA_CONF_DIR=$SCRIPT_DIR/kafka
-KAFKA_VERSION=${KROUTE_KAFKA_VERSION:-4.1.2}
-LIB=${KROUTE_CACHE:-$HOME/.cache/kroute/kafka-lib-$KAFKA_VERSION}
 STATE=${KROUTE_CLUSTER_DIR:-$REPO_DIR/target/cluster}
+DEFAULT_KAFKA_VERSION=4.1.2
+# The version and metadata mode a cluster was started with are kept in its state dir: every later
+# command (start-broker, tool, ...) runs that version, whatever the environment says.
+VERSION_FILE=$STATE/version
+METADATA_FILE=$STATE/metadata
+KAFKA_VERSION=$(cat "$VERSION_FILE" 2>/dev/null || true)
+KAFKA_VERSION=${KAFKA_VERSION:-${KROUTE_KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}}
 START_TIMEOUT=${KROUTE_START_TIMEOUT:-90}
 JAVA=${JAVA:-java}
 PORT_OFFSET=${KROUTE_CLUSTER_PORT_OFFSET:-0}
@@ -181,18 +204,63 @@ SECURED=${SECURED:-no}
 [ "$SECURED" = yes ] || [ "$SECURED" = no ] ||
   { echo "cluster.sh: $SECURED_FILE must say yes or no (got '$SECURED')" >&2; exit 2; }
 
-BROKER_JVM_OPTS=(-Xms128m -Xmx512m -XX:+UseSerialGC -XX:MaxDirectMemorySize=256m
-  -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
-  "-Dlog4j2.configurationFile=$KAFKA_CONF_DIR/log4j2.properties")
-CONTROLLER_JVM_OPTS=(-Xms64m -Xmx256m -XX:+UseSerialGC
-  -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
-  "-Dlog4j2.configurationFile=$KAFKA_CONF_DIR/log4j2.properties")
-TOOL_JVM_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true
-  "-Dlog4j2.configurationFile=$KAFKA_CONF_DIR/log4j2-tools.properties")
-
 die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+# Kafka generations (docs/compatibility.md): 2.8 .. 3.x log with log4j 1 and run ZooKeeper (from
+# 3.3 KRaft too, with SCRAM users at format time from 3.5); 4.x logs with log4j2 and is KRaft only.
+version_check() { # VERSION: exits with a clear error unless it is one cluster.sh can run
+  [[ $1 =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] ||
+    die "Kafka version '$1' is not a release number like 3.9.1 (KROUTE_KAFKA_VERSION)"
+  local major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
+  { [ "$major" = 2 ] && [ "$minor" -ge 8 ]; } || [ "$major" = 3 ] || [ "$major" = 4 ] ||
+    die "Kafka $1 is outside the range cluster.sh runs (2.8.0 to 4.x)"
+}
+version_at_least() { # MAJOR MINOR: the version in use is at least MAJOR.MINOR
+  [ "$KAFKA_MAJOR" -gt "$1" ] || { [ "$KAFKA_MAJOR" = "$1" ] && [ "$KAFKA_MINOR" -ge "$2" ]; }
+}
+use_version() { # VERSION: its jars, logging generation and JVM options
+  version_check "$1"
+  KAFKA_VERSION=$1
+  KAFKA_MAJOR=${KAFKA_VERSION%%.*}
+  KAFKA_MINOR=${KAFKA_VERSION#*.}; KAFKA_MINOR=${KAFKA_MINOR%%.*}
+  LIB=${KROUTE_CACHE:-$HOME/.cache/kroute}/kafka-lib-$KAFKA_VERSION
+  local node_logging tool_logging
+  if version_at_least 4 0; then
+    LOG4J=2
+    node_logging="-Dlog4j2.configurationFile=$KAFKA_CONF_DIR/log4j2.properties"
+    tool_logging="-Dlog4j2.configurationFile=$KAFKA_CONF_DIR/log4j2-tools.properties"
+  else
+    LOG4J=1
+    node_logging="-Dlog4j.configuration=file:$KAFKA_CONF_DIR/log4j.properties"
+    tool_logging="-Dlog4j.configuration=file:$KAFKA_CONF_DIR/log4j-tools.properties"
+  fi
+  BROKER_JVM_OPTS=(-Xms128m -Xmx512m -XX:+UseSerialGC -XX:MaxDirectMemorySize=256m
+    -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true "$node_logging")
+  CONTROLLER_JVM_OPTS=(-Xms64m -Xmx256m -XX:+UseSerialGC
+    -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true "$node_logging")
+  TOOL_JVM_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true
+    "$tool_logging")
+}
+use_version "$KAFKA_VERSION"
+# metadata: kraft or zookeeper (start: --kraft/--zookeeper, else $KROUTE_CLUSTER_METADATA, else
+# zookeeper before 4.0, as most clusters of those versions still run, and kraft from 4.0)
+default_metadata() { if version_at_least 4 0; then echo kraft; else echo zookeeper; fi; }
+META=$(cat "$METADATA_FILE" 2>/dev/null || true)
+META=${META:-$(default_metadata)}
+metadata_check() { # MODE: one this version can run
+  case "$1" in
+    kraft) version_at_least 3 3 || die "Kafka $KAFKA_VERSION has no production KRaft: use zookeeper" ;;
+    zookeeper) version_at_least 4 0 && die "Kafka $KAFKA_VERSION has no ZooKeeper mode (removed in 4.0): use kraft" ;;
+    *) die "metadata mode must be kraft or zookeeper (got '$1')" ;;
+  esac
+  return 0
+}
 say() { echo "cluster.sh: $*" >&2; }   # progress goes to stderr; stdout is for results
 
+# Node 100 is the KRaft controller, or in zookeeper mode the ZooKeeper server (from the ZooKeeper
+# jar that Kafka 2.x/3.x depend on); brokers are kafka.Kafka either way.
+zookeeper_node() { [ "$1" = "$CONTROLLER_ID" ] && [ "$META" = zookeeper ]; }
+node_main() { if zookeeper_node "$1"; then echo org.apache.zookeeper.server.ZooKeeperServerMain; else echo kafka.Kafka; fi; }
 node_port() { if [ "$1" = "$CONTROLLER_ID" ]; then echo "$CONTROLLER_PORT"; else echo $((19091 + PORT_OFFSET + $1)); fi; }
 node_conf() { echo "$STATE/config/node$1.properties"; }
 node_pidfile() { echo "$STATE/pids/node$1.pid"; }
@@ -233,18 +301,19 @@ ensure_lib() {
   flock -w 600 8 || die "timed out waiting for $LIB.lock"
   if [ ! -f "$LIB/.complete" ]; then
     say "fetching Apache Kafka $KAFKA_VERSION jars into $LIB"
-    local binding=log4j-slf4j-impl tmp
+    local binding=log4j-slf4j-impl tmp pom=pom.xml
+    [ "$LOG4J" = 2 ] || pom=pom-log4j1.xml   # 2.x/3.x: their own log4j 1 backend (see the pom)
     for _ in 1 2; do
       tmp=$(mktemp -d "$LIB.tmp.XXXXXX")
-      if ! mvn -B -q -f "$KAFKA_CONF_DIR/pom.xml" "-Dkafka.version=$KAFKA_VERSION" "-Dslf4j.binding=$binding" \
+      if ! mvn -B -q -f "$KAFKA_CONF_DIR/$pom" "-Dkafka.version=$KAFKA_VERSION" "-Dslf4j.binding=$binding" \
           org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
           "-DoutputDirectory=$tmp" -DincludeScope=runtime >"$tmp.mvn.log" 2>&1; then
         tail -n 30 "$tmp.mvn.log" >&2; rm -rf "$tmp" "$tmp.mvn.log"
-        die "mvn dependency:copy-dependencies failed for Kafka $KAFKA_VERSION"
+        die "Apache Kafka $KAFKA_VERSION cannot be fetched from Maven (mvn dependency:copy-dependencies failed, above): is it a released version?"
       fi
       rm -f "$tmp.mvn.log"
       # the SLF4J binding must match the slf4j-api that Maven mediated into lib/
-      if compgen -G "$tmp/slf4j-api-2.*.jar" >/dev/null && [ "$binding" = log4j-slf4j-impl ]; then
+      if [ "$LOG4J" = 2 ] && compgen -G "$tmp/slf4j-api-2.*.jar" >/dev/null && [ "$binding" = log4j-slf4j-impl ]; then
         rm -rf "$tmp"; binding=log4j-slf4j2-impl; continue
       fi
       break
@@ -258,8 +327,31 @@ ensure_lib() {
   flock -u 8; exec 8>&-
 }
 
-run_tool() { # CLASS ARGS...
-  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIB/*" "$@"
+run_tool() { # CLASS ARGS... (CLASS as named in Kafka 4.x: older versions are mapped, tool_class)
+  local class; class=$(tool_class "$1"); shift
+  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIB/*" "$class" "$@"
+}
+
+# Kafka 3.5 to 3.8 moved the command-line tools from kafka.admin (Scala, in the kafka jar) to
+# org.apache.kafka.tools (kafka-tools), some into sub-packages: a tool named by its 4.x class runs
+# under its old name on a version that lacks the new one. The jars' class lists are read once.
+tool_class() { # CLASS: the class to run for CLASS on this version
+  local index=$LIB/.classes simple=${1##*.} alt tmp
+  if [ ! -s "$index" ]; then
+    tmp=$(mktemp "$index.XXXXXX")
+    python3 - "$LIB" >"$tmp" <<'PY' && mv -f "$tmp" "$index"
+import sys, zipfile, pathlib
+for jar in sorted(pathlib.Path(sys.argv[1]).glob("*.jar")):
+    for name in zipfile.ZipFile(jar).namelist():
+        if name.endswith(".class") and "$" not in name:
+            print(name[:-6].replace("/", "."))
+PY
+    rm -f "$tmp"
+  fi
+  for alt in "$1" "kafka.admin.$simple" "kafka.tools.$simple" "org.apache.kafka.tools.$simple"; do
+    grep -qxF "$alt" "$index" 2>/dev/null && { echo "$alt"; return; }
+  done
+  echo "$1"   # not found: let java say so
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -283,13 +375,13 @@ node_pid() { # prints the pid if node N runs (the pid file points at a JVM runni
     # pid file lost (e.g. target/ wiped while running): look for a JVM running exactly N's config
     for c in $(grep -lF -- "$(node_conf "$1")" /proc/[0-9]*/cmdline 2>/dev/null || true); do
       cmd=$(tr '\0' ' ' <"$c" 2>/dev/null || true)
-      [[ $cmd == *" kafka.Kafka "* ]] && { pid=$(cut -d/ -f3 <<<"$c"); break; }
+      [[ $cmd == *" $(node_main "$1") "* ]] && { pid=$(cut -d/ -f3 <<<"$c"); break; }
     done
   fi
   [ -n "$pid" ] || return 1
   # (captured, not piped into grep -q: under pipefail an early grep exit could fail the check)
   cmd=$(cmdline "$pid")
-  [[ $cmd == *" kafka.Kafka "* && $cmd == *"$(node_conf "$1")"* ]] || return 1
+  [[ $cmd == *" $(node_main "$1") "* && $cmd == *"$(node_conf "$1")"* ]] || return 1
   # a zombie (killed, not yet reaped) counts as dead
   [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
   echo "$pid"
@@ -329,8 +421,14 @@ wait_exec() { # PID WORD SECONDS: wait until the process has exec'ed its program
 }
 
 render_conf() { # NODE
-  local n=$1 tmpl=broker.properties listeners= advertised= map= users= secured i u
+  local n=$1 tmpl=broker.properties listeners= advertised= map= users= secured i u meta
   [ "$n" = "$CONTROLLER_ID" ] && tmpl=controller.properties
+  zookeeper_node "$n" && tmpl=zookeeper.properties
+  # lines marked @KRAFT@ or @ZK@ are kept (unmarked) in that metadata mode only; @PEM_PLAIN@ from
+  # Kafka 3.0, @PEM_ENCRYPTED@ before (2.x refuses a PEM key without a password)
+  if [ "$META" = zookeeper ]; then meta=(-e '/^@KRAFT@/d' -e 's#^@ZK@##'); else meta=(-e '/^@ZK@/d' -e 's#^@KRAFT@##'); fi
+  if version_at_least 3 0; then meta+=(-e '/^@PEM_ENCRYPTED@/d' -e 's#^@PEM_PLAIN@##')
+  else meta+=(-e '/^@PEM_PLAIN@/d' -e 's#^@PEM_ENCRYPTED@##'); fi
   if [ "$SECURED" = yes ]; then
     secured=(-e 's#^@SECURED@##')
     if [ "$n" != "$CONTROLLER_ID" ]; then
@@ -345,7 +443,7 @@ render_conf() { # NODE
     secured=(-e '/^@SECURED@/d')
   fi
   mkdir -p "$STATE/config"
-  sed "${secured[@]}" \
+  sed "${secured[@]}" "${meta[@]}" \
       -e "s#@NODE_ID@#$n#g" -e "s#@PORT@#$(node_port "$n")#g" -e "s#@LOG_DIR@#$STATE/data/node$n#g" \
       -e "s#@ADVERTISED_PORT@#$(advertised_port "$n")#g" \
       -e "s#@CONTROLLER_ID@#$CONTROLLER_ID#g" -e "s#@CONTROLLER@#$HOST:$CONTROLLER_PORT#g" \
@@ -354,8 +452,9 @@ render_conf() { # NODE
       "$KAFKA_CONF_DIR/$tmpl" >"$(node_conf "$n")"
 }
 
-format_node() { # NODE CLUSTER_ID
+format_node() { # NODE CLUSTER_ID (KRaft only: ZooKeeper brokers register on their first start)
   local n=$1 scram=() u m
+  [ "$META" = kraft ] || return 0
   [ -f "$STATE/data/node$n/meta.properties" ] && return 0
   # secured: the SCRAM users go into the bootstrap metadata of the controller (the only voter:
   # the one that starts the metadata log, so the only one whose bootstrap records count)
@@ -391,12 +490,12 @@ launch_node() { # NODE
   # must not leave that broker at a lower priority than the others (benchmarks compare them)
   local prio=()
   [ "$(nice)" = 0 ] || { nice -n "$((0 - $(nice)))" true 2>/dev/null && prio=(nice -n "$((0 - $(nice)))"); }
-  setsid "${prio[@]}" "$JAVA" "${opts[@]}" -cp "$LIB/*" kafka.Kafka "$(node_conf "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
+  setsid "${prio[@]}" "$JAVA" "${opts[@]}" -cp "$LIB/*" "$(node_main "$n")" "$(node_conf "$n")" </dev/null >"$log" 2>&1 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$(node_pidfile "$n")"
   # node_pid recognises the node by its command line: wait until the child has exec'ed
   local rc=0
-  wait_exec "$pid" " kafka.Kafka " 60 || rc=$?
+  wait_exec "$pid" " $(node_main "$n") " 60 || rc=$?
   case $rc in
     0) ;;
     1) tail -n 25 "$log" >&2 2>/dev/null || true; die "node $n (pid $pid) exited right after its launch" ;;
@@ -551,9 +650,16 @@ log_tails() {
   done
 }
 
-wait_started() { # NODE DEADLINE: the node's own log says its startup finished
+node_started() { # NODE: the node finished its startup (a ZooKeeper server: it listens; a broker or
+  # controller: its log says so, in KRaft "Kafka Server started", in zookeeper mode
+  # "[KafkaServer id=N] started")
+  if zookeeper_node "$1"; then port_busy "$(node_port "$1")"; return; fi
+  grep -qE "Kafka Server started|\] started \(kafka.server.KafkaServer\)" "$(node_log "$1")" 2>/dev/null
+}
+
+wait_started() { # NODE DEADLINE: the node finished its startup
   local n=$1 deadline=$2
-  until grep -q "Kafka Server started" "$(node_log "$n")" 2>/dev/null; do
+  until node_started "$n"; do
     ! node_gone "$n" || { log_tails; die "node $n exited during startup"; }
     [ "$SECONDS" -lt "$deadline" ] || { log_tails; die "node $n did not start within ${START_TIMEOUT}s"; }
     sleep 0.3
@@ -655,6 +761,31 @@ CNF
   mv "$tmp" "$PKI"
 }
 
+ensure_encrypted_keystore() { # <state>/pki/broker-keystore-encrypted.pem: broker-keystore.pem with
+  # its key encrypted (password kroute-test), for Kafka 2.x; made once next to the PKI. PKCS#5 v1
+  # (3DES): the JDK's key factories have no PBES2, which 2.x asks for by its generic name
+  local out=$PKI/broker-keystore-encrypted.pem tmp
+  [ -f "$out" ] && return 0
+  tmp=$(mktemp "$PKI/.enc.XXXXXX")
+  openssl pkcs8 -topk8 -in "$PKI/broker.key" -v1 PBE-SHA1-3DES \
+      -passout pass:kroute-test >"$tmp" 2>/dev/null || { rm -f "$tmp"; die "encrypting the broker key failed"; }
+  cat "$PKI/broker.pem" "$PKI/ca.pem" >>"$tmp"
+  mv -f "$tmp" "$out"
+}
+
+create_scram_users() { # zookeeper mode, once per data dir: the SCRAM users that a KRaft cluster
+  # gets at format time, through a broker (KIP-554, Kafka 2.7+)
+  local marker=$STATE/data/kroute-scram-users u
+  [ "$META" = zookeeper ] && [ ! -f "$marker" ] || return 0
+  for u in "${SASL_USERS[@]}"; do
+    run_tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter \
+      --add-config "SCRAM-SHA-256=[password=$u-secret],SCRAM-SHA-512=[password=$u-secret]" \
+      --entity-type users --entity-name "$u" >>"$STATE/logs/scram.log" 2>&1 ||
+      { cat "$STATE/logs/scram.log" >&2; die "creating the SCRAM user $u failed"; }
+  done
+  touch "$marker"
+}
+
 create_acls() { # once per data dir: alice may Write, Describe, Create topics prefixed acl-
   local marker=$STATE/data/kroute-acls
   [ -f "$marker" ] && return 0
@@ -669,27 +800,43 @@ create_acls() { # once per data dir: alice may Write, Describe, Create topics pr
 # commands
 
 cmd_start() {
-  local want=${KROUTE_CLUSTER_MODE:-} want_secured=no arg
+  local want=${KROUTE_CLUSTER_MODE:-} want_secured=no arg want_meta=${KROUTE_CLUSTER_METADATA:-}
   case "${KROUTE_CLUSTER_SECURED:-}" in 1|yes|true) want_secured=yes ;; ""|0|no|false) ;;
     *) die "KROUTE_CLUSTER_SECURED must be 1 or 0 (got '$KROUTE_CLUSTER_SECURED')" ;; esac
   for arg in "$@"; do
     case "$arg" in --relayed) want=relayed ;; --direct) want=direct ;; --secured) want_secured=yes ;;
-      *) die "usage: start [--relayed|--direct] [--secured]" ;; esac
+      --kraft) want_meta=kraft ;; --zookeeper) want_meta=zookeeper ;;
+      *) die "usage: start [--relayed|--direct] [--secured] [--kraft|--zookeeper]" ;; esac
   done
   [ -z "$want" ] || valid_mode "$want" || die "KROUTE_CLUSTER_MODE must be direct or relayed (got '$want')"
-  ensure_lib
   lock_state
   local n missing=() cid running=0
   for n in $(all_nodes); do if node_pid "$n" >/dev/null; then running=1; else missing+=("$n"); fi; done
+  if [ -n "${KROUTE_KAFKA_VERSION:-}" ] && [ "$KROUTE_KAFKA_VERSION" != "$KAFKA_VERSION" ]; then
+    # $STATE/version names another version: of a cluster still running, or of kept data
+    [ $running = 0 ] || die "the cluster runs Kafka $KAFKA_VERSION; stop it before starting $KROUTE_KAFKA_VERSION"
+    [ ! -d "$STATE/data" ] || die "the data in $STATE/data is Kafka $KAFKA_VERSION's: stop (without --keep-data) before starting $KROUTE_KAFKA_VERSION"
+    rm -f "$VERSION_FILE" "$METADATA_FILE"
+    flock -u 9; exec 9>&-
+    exec "${BASH_SOURCE[0]}" start "$@"
+  fi
   if [ $running = 1 ]; then
     # (partly) running: keep its mode and secured flag (secured only adds listeners and users:
     # whoever did not ask for it can use a secured cluster as well)
     [ -z "$want" ] || [ "$want" = "$MODE" ] || die "the cluster runs in $MODE mode; stop it before starting it $want"
     [ "$want_secured" = no ] || [ "$SECURED" = yes ] ||
       die "the cluster runs without --secured; stop it before starting it --secured"
+    [ -z "$want_meta" ] || [ "$want_meta" = "$META" ] ||
+      die "the cluster runs with $META; stop it before starting it with $want_meta"
   else
     set_mode "${want:-direct}"
     SECURED=$want_secured
+    [ -f "$METADATA_FILE" ] && [ -d "$STATE/data" ] && [ -n "$want_meta" ] && [ "$want_meta" != "$META" ] &&
+      die "the data in $STATE/data is of a $META cluster: stop (without --keep-data) before starting it with $want_meta"
+    [ -f "$METADATA_FILE" ] || META=${want_meta:-$(default_metadata)}
+    metadata_check "$META"
+    [ "$SECURED" = no ] || [ "$META" = zookeeper ] || version_at_least 3 5 ||
+      die "a secured KRaft cluster needs Kafka 3.5 or newer (SCRAM users at format time): use --zookeeper"
     if [ "$SECURED" = yes ] && [ -f "$STATE/data/node$CONTROLLER_ID/meta.properties" ] &&
         [ ! -f "$STATE/data/node$CONTROLLER_ID/kroute-scram-users" ]; then
       die "the data in $STATE/data was formatted without --secured (no SCRAM users): stop (without --keep-data) first"
@@ -697,9 +844,12 @@ cmd_start() {
     mkdir -p "$STATE"
     echo "$MODE" >"$MODE_FILE"
     echo "$SECURED" >"$SECURED_FILE"
+    echo "$KAFKA_VERSION" >"$VERSION_FILE"
+    echo "$META" >"$METADATA_FILE"
     rm -rf "$STATE/delay" "$STATE/cap"   # a fresh start has no delays and no caps
   fi
-  [ "$SECURED" = no ] || ensure_pki
+  ensure_lib
+  [ "$SECURED" = no ] || { ensure_pki; ensure_encrypted_keystore; }
   if [ "$MODE" = relayed ]; then
     ensure_relay_bin
     # before the brokers: they advertise the relays, and replica fetchers connect through them
@@ -709,7 +859,7 @@ cmd_start() {
     say "cluster already running ($MODE mode$([ "$SECURED" = no ] || echo ", secured"))"
     # it may still be starting (e.g. an earlier start timed out): wait for the brokers anyway
     wait_registered $((SECONDS + START_TIMEOUT)) "${BROKERS[@]}"
-    [ "$SECURED" = no ] || create_acls
+    [ "$SECURED" = no ] || { create_scram_users; create_acls; }
     echo "$BOOTSTRAP"; return 0
   fi
   mkdir -p "$STATE/data" "$STATE/logs" "$STATE/pids"
@@ -732,8 +882,8 @@ cmd_start() {
   for n in "${missing[@]}"; do launch_node "$n"; done
   for n in "${missing[@]}"; do wait_started "$n" "$deadline"; done
   wait_registered "$deadline" "${BROKERS[@]}"
-  [ "$SECURED" = no ] || create_acls
-  say "cluster up in ${SECONDS}s ($MODE mode$([ "$SECURED" = no ] || echo ", secured"))"
+  [ "$SECURED" = no ] || { create_scram_users; create_acls; }
+  say "cluster up in ${SECONDS}s (Kafka $KAFKA_VERSION, $META, $MODE mode$([ "$SECURED" = no ] || echo ", secured"))"
   echo "$BOOTSTRAP"
 }
 
@@ -765,7 +915,8 @@ cmd_stop() {
   stop_pids 10 "$CONTROLLER_ID"
   stop_relays
   if [ $keep = 0 ]; then
-    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$STATE/cap" "$MODE_FILE" "$SECURED_FILE"
+    rm -rf "$STATE/data" "$STATE/cluster.id" "$STATE/delay" "$STATE/cap" "$MODE_FILE" "$SECURED_FILE" \
+      "$VERSION_FILE" "$METADATA_FILE"
     say "stopped, data removed"
   else
     say "stopped, data kept in $STATE/data"
@@ -776,8 +927,10 @@ cmd_status() {
   local n pid all=0 role l t relayed out
   echo "mode $MODE"
   echo "secured $SECURED"
+  echo "kafka $KAFKA_VERSION $META"
   for n in $(all_nodes); do
     role=broker; [ "$n" = "$CONTROLLER_ID" ] && role=controller
+    zookeeper_node "$n" && role=zookeeper
     if pid=$(node_pid "$n"); then
       echo "$role $n $HOST:$(node_port "$n") running pid=$pid"
     else
@@ -985,7 +1138,7 @@ cmd_start_broker() {
   lock_state
   local n=$1
   node_pid "$CONTROLLER_ID" >/dev/null || die "controller is not running (use start)"
-  [ "$SECURED" = no ] || ensure_pki
+  [ "$SECURED" = no ] || { ensure_pki; ensure_encrypted_keystore; }
   if [ "$MODE" = relayed ]; then ensure_relay_bin; start_relay "$n"; fi
   if node_pid "$n" >/dev/null; then say "broker $n already running"; return 0; fi
   [ -f "$STATE/data/node$n/meta.properties" ] || die "broker $n has no formatted data in $STATE/data (use start)"
@@ -1045,6 +1198,7 @@ case "$cmd" in
   status) cmd_status ;;
   secured) cmd_secured ;;
   bootstrap) echo "$BOOTSTRAP" ;;
+  default-version) echo "$DEFAULT_KAFKA_VERSION" ;;
   create-topic) cmd_create_topic "$@" ;;
   describe-topic) cmd_describe_topic "$@" ;;
   delete-topic) cmd_delete_topic "$@" ;;
@@ -1057,7 +1211,8 @@ case "$cmd" in
   caps) cmd_caps ;;
   restart-relays) cmd_restart_relays "$@" ;;
   cut) cmd_cut "$@" ;;
-  lib) ensure_lib; echo "$LIB" ;;
+  lib) [ -z "${1:-}" ] || use_version "$([ "$1" = default ] && echo "$DEFAULT_KAFKA_VERSION" || echo "$1")"
+    ensure_lib; echo "$LIB" ;;
   tool) ensure_lib; [ $# -gt 0 ] || die "usage: tool CLASS ARGS..."; run_tool "$@" ;;
   -h|--help|help|"") usage ;;
   *) echo "cluster.sh: unknown command '$cmd'" >&2; usage ;;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every kroute test: unit tests, then integration tests that run kroute as a process in
-# front of a real 3-broker Apache Kafka cluster with real clients (Java, librdkafka), then a
+# front of a real 3-broker Apache Kafka cluster with real clients (Java, librdkafka), then the
+# compatibility set on a Kafka 3.9.1 cluster with ZooKeeper (scripts/matrix.sh --check), then a
 # fuzz smoke of every decoder (scripts/fuzz-smoke.sh).
 #
 # The cluster runs in "relayed" mode (see scripts/cluster.sh): each broker advertises a delaying
@@ -36,10 +37,14 @@ lap "setup (packages, Python clients, Kafka jars)"
 started_here=0
 # The status is captured first: `status | grep -q` under pipefail fails whenever grep's early exit
 # kills the status script with SIGPIPE, which restarted a perfectly good cluster.
+# The suite runs on the default Kafka version (or $KROUTE_KAFKA_VERSION): a cluster left running
+# another version (e.g. by scripts/matrix.sh with its defaults) is restarted.
+kafka=${KROUTE_KAFKA_VERSION:-$(scripts/cluster.sh default-version)}
 status=$(scripts/cluster.sh status 2>/dev/null) && status_ok=1 || status_ok=0
-if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status" || ! grep -qx 'secured yes' <<<"$status"; then
-  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running, direct or unsecured cluster
-  scripts/cluster.sh start --relayed --secured
+if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status" || ! grep -qx 'secured yes' <<<"$status" ||
+    ! grep -q "^kafka $kafka " <<<"$status"; then
+  scripts/cluster.sh stop >/dev/null 2>&1 || true   # clear a half-running, direct, unsecured or other-version cluster
+  KROUTE_KAFKA_VERSION=$kafka scripts/cluster.sh start --relayed --secured
   started_here=1
 fi
 # KROUTE_KEEP_CLUSTER=1 leaves a cluster started here running (scripts/repeat-tests.sh).
@@ -61,6 +66,17 @@ lap "Java and Go test clients"
 tests_ok=1
 cargo test --all-targets --no-fail-fast "$@" || tests_ok=0
 lap "cargo test"
+
+# The compatibility set (scripts/matrix.sh) on one old ZooKeeper version as well, so that a
+# regression on the brokers most managed clusters still run shows at once; the whole matrix is
+# its own command. On a cluster of its own (ports + 3000): the default one is stopped first if
+# it was started here. KROUTE_COMPAT=none skips it; arguments select cargo tests only.
+compat=${KROUTE_COMPAT:-3.9.1:zookeeper}
+if [ $# -eq 0 ] && [ "$compat" != none ]; then
+  cleanup
+  scripts/matrix.sh --check "$compat" || tests_ok=0
+  lap "compatibility set on $compat"
+fi
 
 # The fuzz smoke (docs/hardening.md, "Fuzzing"): a few seconds of libFuzzer per decoder, with the
 # memory bound of each, on a quick, unoptimized build (2 minutes cold on 2 cores instead of 5).

@@ -236,8 +236,9 @@ fn join_host_port(host: &str, port: i32) -> String {
     }
 }
 
-/// Metadata version kroute asks with: present in Kafka 3.x and 4.x.
-pub const METADATA_VERSION: i16 = 12;
+/// The Metadata versions kroute can ask with: from v10 (Kafka 2.8) the topics carry their ids;
+/// v13 (4.0) adds only a top-level error, which kroute's own requests do not need.
+pub const METADATA_VERSIONS: std::ops::RangeInclusive<i16> = 10..=12;
 
 /// The brokers, and the layouts of the topics asked for, as one broker sees them.
 pub struct Fetched {
@@ -254,7 +255,7 @@ pub async fn fetch_metadata(ask: &Ask<'_>, topics: Vec<String>) -> anyhow::Resul
         .collect();
     let request = MetadataRequest::default().with_topics(Some(topics));
     let response: MetadataResponse =
-        exchange(ask, ApiKey::Metadata, METADATA_VERSION, &request).await?;
+        exchange(ask, ApiKey::Metadata, METADATA_VERSIONS, &request).await?;
     let brokers: BTreeMap<i32, String> = response
         .brokers
         .iter()

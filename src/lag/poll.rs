@@ -3,9 +3,10 @@
 //! committed, where partitions are led and where their logs end.
 //!
 //! Every request goes over kroute's own connection to the broker ([`crate::upstream::ask`]),
-//! secured as kroute's upstream connections are. Versions are the oldest that carry what is
-//! needed, all served by Kafka 3.8 and later (ListGroups v5 tells classic groups from KIP-848
-//! consumer groups).
+//! secured as kroute's upstream connections are, at the newest version both sides know
+//! ([`crate::upstream::ask`]), so brokers from Kafka 2.8 on answer: ListGroups tells classic
+//! groups from KIP-848 consumer groups from v5 (3.8; before, every group is classic); OffsetFetch
+//! asks for many groups at once from v8 (3.0; before, one request per group).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -21,9 +22,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::store::{Owner, TopicPartition};
-use crate::cluster::METADATA_VERSION;
+use crate::cluster::METADATA_VERSIONS;
 use crate::protocol::header::{Malformed, WireReader};
-use crate::upstream::ask::{Ask, exchange};
+use crate::upstream::ask::{Ask, Session, exchange};
 
 /// A group as ListGroups names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +34,16 @@ pub struct Listed {
     pub consumer_protocol: bool,
 }
 
-/// The groups broker `ask` coordinates, but share groups (they commit no offsets).
+/// The groups broker `ask` coordinates, but share groups (they commit no offsets). Before v5 the
+/// answer has no group type (an empty one): all groups are classic then.
 pub async fn list_groups(ask: &Ask<'_>) -> anyhow::Result<Vec<Listed>> {
-    let response: ListGroupsResponse =
-        exchange(ask, ApiKey::ListGroups, 5, &ListGroupsRequest::default()).await?;
+    let response: ListGroupsResponse = exchange(
+        ask,
+        ApiKey::ListGroups,
+        1..=5,
+        &ListGroupsRequest::default(),
+    )
+    .await?;
     anyhow::ensure!(
         response.error_code == 0,
         "ListGroups error {}",
@@ -60,7 +67,7 @@ pub async fn classic_owners(
 ) -> anyhow::Result<HashMap<String, HashMap<TopicPartition, Owner>>> {
     let request = DescribeGroupsRequest::default().with_groups(group_ids(groups));
     let response: DescribeGroupsResponse =
-        exchange(ask, ApiKey::DescribeGroups, 5, &request).await?;
+        exchange(ask, ApiKey::DescribeGroups, 1..=5, &request).await?;
     let mut out = HashMap::new();
     for group in response.groups.into_iter().filter(|g| g.error_code == 0) {
         let mut owners = HashMap::new();
@@ -117,7 +124,7 @@ pub async fn consumer_owners(
 ) -> anyhow::Result<HashMap<String, HashMap<TopicPartition, Owner>>> {
     let request = ConsumerGroupDescribeRequest::default().with_group_ids(group_ids(groups));
     let response: ConsumerGroupDescribeResponse =
-        exchange(ask, ApiKey::ConsumerGroupDescribe, 0, &request).await?;
+        exchange(ask, ApiKey::ConsumerGroupDescribe, 0..=0, &request).await?;
     let mut out = HashMap::new();
     for group in response.groups.into_iter().filter(|g| g.error_code == 0) {
         let mut owners = HashMap::new();
@@ -142,6 +149,44 @@ pub async fn committed(
     ask: &Ask<'_>,
     groups: &[String],
 ) -> anyhow::Result<HashMap<String, Vec<(TopicPartition, i64)>>> {
+    let mut session = Session::open(ask).await?;
+    match session.version(ApiKey::OffsetFetch, 8..=8) {
+        Ok(version) => committed_together(&mut session, version, groups).await,
+        // Before Kafka 3.0: one group per request (v2+: no topic list means all partitions).
+        Err(_) => {
+            let version = session.version(ApiKey::OffsetFetch, 2..=7)?;
+            let mut out = HashMap::new();
+            for group in groups {
+                let request = OffsetFetchRequest::default()
+                    .with_group_id(group_id(group))
+                    .with_topics(None);
+                let response: OffsetFetchResponse =
+                    session.call(ApiKey::OffsetFetch, version, &request).await?;
+                if response.error_code == 0 {
+                    out.insert(
+                        group.clone(),
+                        offsets(response.topics.into_iter().map(|t| {
+                            let partitions = t.partitions.into_iter();
+                            (
+                                t.name,
+                                partitions
+                                    .map(|p| (p.partition_index, p.error_code, p.committed_offset)),
+                            )
+                        })),
+                    );
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// The committed offsets of `groups`, asked in one OffsetFetch v8+.
+async fn committed_together(
+    session: &mut Session,
+    version: i16,
+    groups: &[String],
+) -> anyhow::Result<HashMap<String, Vec<(TopicPartition, i64)>>> {
     let request = OffsetFetchRequest::default().with_groups(
         groups
             .iter()
@@ -153,23 +198,37 @@ pub async fn committed(
             })
             .collect(),
     );
-    let response: OffsetFetchResponse = exchange(ask, ApiKey::OffsetFetch, 8, &request).await?;
-    let mut out = HashMap::new();
-    for group in response.groups.into_iter().filter(|g| g.error_code == 0) {
-        let offsets = group
-            .topics
-            .into_iter()
-            .flat_map(|t| {
-                let topic = t.name.0.to_string();
-                t.partitions
-                    .into_iter()
-                    .filter(|p| p.error_code == 0 && p.committed_offset >= 0)
-                    .map(move |p| ((topic.clone(), p.partition_index), p.committed_offset))
-            })
-            .collect();
-        out.insert(group.group_id.0.to_string(), offsets);
-    }
-    Ok(out)
+    let response: OffsetFetchResponse =
+        session.call(ApiKey::OffsetFetch, version, &request).await?;
+    Ok(response
+        .groups
+        .into_iter()
+        .filter(|g| g.error_code == 0)
+        .map(|group| {
+            let topics = group.topics.into_iter().map(|t| {
+                let partitions = t.partitions.into_iter();
+                (
+                    t.name,
+                    partitions.map(|p| (p.partition_index, p.error_code, p.committed_offset)),
+                )
+            });
+            (group.group_id.0.to_string(), offsets(topics))
+        })
+        .collect())
+}
+
+/// The committed offsets among `(topic, [(partition, error, offset)])`: those without error.
+fn offsets<P: Iterator<Item = (i32, i16, i64)>>(
+    topics: impl Iterator<Item = (TopicName, P)>,
+) -> Vec<(TopicPartition, i64)> {
+    topics
+        .flat_map(|(name, partitions)| {
+            let topic = name.0.to_string();
+            partitions
+                .filter(|&(_, error, offset)| error == 0 && offset >= 0)
+                .map(move |(partition, _, offset)| ((topic.clone(), partition), offset))
+        })
+        .collect()
 }
 
 /// Where the partitions of `topics` are led, and the topics' ids.
@@ -186,7 +245,7 @@ pub async fn leaders(ask: &Ask<'_>, topics: &BTreeSet<String>) -> anyhow::Result
             .collect(),
     ));
     let response: MetadataResponse =
-        exchange(ask, ApiKey::Metadata, METADATA_VERSION, &request).await?;
+        exchange(ask, ApiKey::Metadata, METADATA_VERSIONS, &request).await?;
     let mut out = Leaders {
         leaders: BTreeMap::new(),
         topic_ids: Vec::new(),
@@ -231,7 +290,7 @@ pub async fn log_ends(
                 })
                 .collect(),
         );
-    let response: ListOffsetsResponse = exchange(ask, ApiKey::ListOffsets, 7, &request).await?;
+    let response: ListOffsetsResponse = exchange(ask, ApiKey::ListOffsets, 4..=7, &request).await?;
     Ok(response
         .topics
         .into_iter()

@@ -32,7 +32,7 @@ use metrics::{Counter, counter};
 use tracing::{info, warn};
 
 use super::producers::Origin;
-use crate::cluster::METADATA_VERSION;
+use crate::cluster::METADATA_VERSIONS;
 use crate::proxy::Proxy;
 use crate::upstream::ask::exchange;
 
@@ -46,7 +46,7 @@ pub const EPOCH_GAP: i16 = 4;
 /// a producer with less room is adopted instead.
 const EPOCH_HEADROOM: i16 = 1024;
 
-const DESCRIBE_PRODUCERS_VERSION: i16 = 0;
+const DESCRIBE_PRODUCERS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=0;
 const ATTEMPTS: u32 = 5;
 
 /// The producer epochs the brokers held when kroute started, per producer id; None when they
@@ -169,7 +169,7 @@ async fn held_epochs(proxy: &Proxy) -> anyhow::Result<(HashMap<i64, i16>, usize)
         let response: DescribeProducersResponse = exchange(
             &proxy.ask(&addr),
             ApiKey::DescribeProducers,
-            DESCRIBE_PRODUCERS_VERSION,
+            DESCRIBE_PRODUCERS_VERSIONS,
             &request,
         )
         .await?;
@@ -207,7 +207,7 @@ async fn routed_partitions_by_leader(
         let response: MetadataResponse = match exchange(
             &proxy.ask(&addr),
             ApiKey::Metadata,
-            METADATA_VERSION,
+            METADATA_VERSIONS,
             &request,
         )
         .await

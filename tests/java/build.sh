@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Compiles the Java test client (tests/java/src/*.java) against the kafka-clients jar of the test
-# cluster's lib dir (scripts/cluster.sh lib; fetched from Maven Central on first use) into
+# Compiles the Java test client (tests/java/src/*.java) against the kafka-clients jar of Kafka
+# $KROUTE_JAVA_CLIENT_VERSION (default: the version the test cluster runs by default, whatever
+# version it runs now: clients are newer than most brokers they meet) from its lib dir
+# (scripts/cluster.sh lib VERSION; fetched from Maven Central on first use) into
 # <repo>/target/java-client/ (or $KROUTE_JAVA_CLIENT_DIR). Recompiles only when the sources, the
 # lib dir or this script changed. Last stdout line: the output dir, which also holds
 #   classpath   the full -cp value:  java -cp "$(cat "$dir/classpath")" KrouteClient ...
@@ -8,7 +10,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 OUT=${KROUTE_JAVA_CLIENT_DIR:-$REPO/target/java-client}
-LIB=$("$REPO/scripts/cluster.sh" lib)
+LIB=$("$REPO/scripts/cluster.sh" lib "${KROUTE_JAVA_CLIENT_VERSION:-default}")
 
 mkdir -p "$(dirname "$OUT")"
 exec 9>"$OUT.lock"

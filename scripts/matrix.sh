@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The compatibility matrix: kroute's compatibility tests against every Kafka generation its users
+# run, each on a real 3-broker cluster of that version (scripts/cluster.sh, relayed and secured),
+# written to docs/compatibility.md as a table of version x capability.
+#
+#   scripts/matrix.sh [CONFIG...]      run CONFIGs (default: all below), then regenerate the doc
+#                                      from every config's latest results
+#   scripts/matrix.sh --check CONFIG   run one config and exit 1 if a capability failed (the test
+#                                      command runs one old ZooKeeper version this way); no doc
+#   scripts/matrix.sh --doc            regenerate the doc from the results at hand
+#
+# CONFIG is VERSION:METADATA, e.g. 3.9.1:zookeeper or 4.4.0:kraft. Each runs on its own cluster
+# (state target/matrix/cluster, ports + 3000, so the default test cluster can keep running),
+# started fresh and stopped afterwards. Results: target/matrix/results/CONFIG.tsv, logs per
+# capability in target/matrix/logs/CONFIG/. Needs what the test command sets up (scripts/test.sh
+# installs it; run that once first on a fresh machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ALL=(2.8.2:zookeeper 3.3.1:zookeeper 3.6.2:zookeeper 3.6.2:kraft 3.9.1:zookeeper 3.9.1:kraft
+  4.0.2:kraft 4.1.2:kraft 4.2.2:kraft 4.4.0:kraft)
+
+# One line per capability: name | tests (binary::test, all must pass) | first version it applies
+# to (empty: all) | why it does not apply before that version.
+CAPABILITIES=(
+  "Round trip: Java client|passthrough::java_idempotent_producer_and_acks_zero||"
+  "Round trip: librdkafka|passthrough::librdkafka_produce_and_consume_through_kroute||"
+  "Round trip: franz-go, idempotent batches moved|idempotent::franz_go_default_producer_batches_move_without_sequence_errors||"
+  "Round trip: kafka-python, idempotent batches moved|idempotent::kafka_python_default_producer_batches_move_without_sequence_errors||"
+  "No upstream address reaches a client|wire::no_real_broker_address_reaches_a_client passthrough::admin_sees_only_kroute_addresses||"
+  "Keyless batches leave a slow broker|routing::java_non_idempotent_keyless_producer_avoids_the_slow_broker||"
+  "Idempotent batches leave a slow broker, exactly once|idempotent::java_default_producer_batches_move_without_sequence_errors||"
+  "Keyed and transactional batches stay|routing::keyed_and_transactional_batches_stay_where_the_client_put_them||"
+  "Transactions through kroute|passthrough::java_transactions_commit_and_abort idempotent::transactional_producers_are_untouched_by_renumbering||"
+  "Consumer groups|passthrough::consumer_group_with_several_members||"
+  "Restart recovery (DescribeProducers)|idempotent::after_a_kroute_crash_running_producers_are_routed_again_losing_nothing||"
+  "SCRAM, kroute authenticates|sasl::originate_scram_sha_512_over_sasl_ssl_serves_java_and_librdkafka||"
+  "SCRAM, clients authenticate through kroute|sasl::passthrough_scram_clients_authenticate_themselves_over_upstream_tls||"
+  "Lag statuses, classic groups|lag::a_consumer_falling_behind_is_warn lag::a_consumer_that_stops_with_lag_is_stop_and_the_group_err lag::a_consumer_committing_the_same_offset_while_lag_grows_is_stall lag::offsets_reset_to_earliest_with_the_kafka_tool_are_rewind lag::a_classic_group_that_keeps_up_is_ok_with_its_owner||"
+  "Lag statuses, KIP-848 groups|lag::a_kip_848_consumer_group_is_judged_with_its_owner|4.0|KIP-848 consumer groups came with Kafka 4.0"
+)
+
+OUT=target/matrix
+DOC=docs/compatibility.md
+PORT_OFFSET=3000
+export KROUTE_CLUSTER_DIR=$PWD/$OUT/cluster KROUTE_CLUSTER_PORT_OFFSET=$PORT_OFFSET
+
+die() { echo "matrix.sh: $*" >&2; exit 1; }
+say() { echo "matrix.sh: $*" >&2; }
+
+at_least() { # VERSION MAJOR.MINOR
+  local v=$1 want=$2
+  [ "$(printf '%s\n%s\n' "$want" "${v%.*}" | sort -V | head -n1)" = "$want" ]
+}
+
+valid_config() { # CONFIG
+  [[ $1 =~ ^[0-9]+\.[0-9]+\.[0-9]+:(zookeeper|kraft)$ ]] ||
+    die "config '$1' is not VERSION:zookeeper or VERSION:kraft (e.g. 3.9.1:zookeeper)"
+}
+
+failure_reason() { # LOG: the first assertion message (the line after "panicked at"), one line
+  awk '/panicked at/ { getline; print; exit }' "$1" | tr '|' '/' | cut -c1-160
+}
+
+run_capability() { # CONFIG LINE: prints "name<TAB>pass|fail|n/a<TAB>reason<TAB>seconds"
+  local config=$1 name tests since why version=${1%%:*} t bin test log started ok=1 reason=
+  IFS='|' read -r name tests since why <<<"$2"
+  if [ -n "$since" ] && ! at_least "$version" "$since"; then
+    printf '%s\tn/a\t%s\t0\n' "$name" "$why"; return
+  fi
+  log=$OUT/logs/$config/$(tr -c 'a-zA-Z0-9\n' '_' <<<"$name").log
+  : >"$log"
+  started=$SECONDS
+  for t in $tests; do
+    bin=${t%%::*} test=${t#*::}
+    if ! cargo test -q --test "$bin" -- --exact "$test" >"$log.one" 2>&1; then
+      ok=0; reason=${reason:-$test: $(failure_reason "$log.one")}
+    elif ! grep -q "^test result: ok. 1 passed" "$log.one"; then
+      ok=0; reason=${reason:-$test: no such test ran (renamed?)}   # a filter matching nothing passes
+    fi
+    cat "$log.one" >>"$log"; rm -f "$log.one"
+  done
+  if [ $ok = 1 ]; then
+    printf '%s\tpass\t\t%s\n' "$name" $((SECONDS - started))
+  else
+    printf '%s\tfail\t%s\t%s\n' "$name" "$reason" $((SECONDS - started))
+  fi
+}
+
+run_config() { # CONFIG: start its cluster, run every capability, stop it; results to its tsv
+  local config=$1 version=${1%%:*} meta=${1#*:} line bootstrap failed=0 started=$SECONDS
+  mkdir -p "$OUT/results" "$OUT/logs/$config"
+  scripts/cluster.sh stop >/dev/null 2>&1 || true
+  say "$config: starting Kafka $version ($meta)"
+  if ! bootstrap=$(KROUTE_KAFKA_VERSION=$version scripts/cluster.sh start --relayed --secured "--$meta" \
+      2>"$OUT/logs/$config/cluster.log" | tail -n1); then
+    tail -n 20 "$OUT/logs/$config/cluster.log" >&2
+    printf 'cluster\tfail\tthe cluster did not start: %s\t0\n' \
+      "$(grep -m1 'cluster.sh:' "$OUT/logs/$config/cluster.log" | tr '|\t' '/ ' | cut -c1-160)" \
+      >"$OUT/results/$config.tsv"
+    return 1
+  fi
+  export KROUTE_TEST_CLUSTER=$bootstrap
+  : >"$OUT/results/$config.tsv.part"
+  for line in "${CAPABILITIES[@]}"; do
+    run_capability "$config" "$line" | tee -a "$OUT/results/$config.tsv.part" |
+      awk -F'\t' -v c="$config" '{ printf "matrix.sh: %s: %s: %s %s\n", c, $1, $2, $3 }' >&2
+  done
+  scripts/cluster.sh stop >/dev/null 2>&1 || true
+  mv -f "$OUT/results/$config.tsv.part" "$OUT/results/$config.tsv"
+  grep -qP '\tfail\t' "$OUT/results/$config.tsv" && failed=1
+  say "$config: done in $((SECONDS - started)) s"
+  return $failed
+}
+
+write_doc() { # the table from every config's latest results
+  local config line name cell status reason
+  {
+    echo "# Compatibility: Kafka versions x what kroute does"
+    echo
+    echo "Generated by \`scripts/matrix.sh\` from its last run of each version (results in"
+    echo "target/matrix/results). Each cell is the named integration tests run through kroute against a"
+    echo "real 3-broker cluster of that version (relayed, secured; the test clients: Java $(scripts/cluster.sh default-version),"
+    echo "librdkafka, franz-go, kafka-python). pass, fail (the first assertion that failed) or n/a (why)."
+    echo
+    printf '| Capability |'; for config in "${ALL[@]}"; do printf ' %s |' "${config/:/ }"; done; echo
+    printf '|---|'; for config in "${ALL[@]}"; do printf -- '---|'; done; echo
+    for line in "${CAPABILITIES[@]}"; do
+      name=${line%%|*}
+      printf '| %s |' "$name"
+      for config in "${ALL[@]}"; do
+        cell="not run"
+        if [ -f "$OUT/results/$config.tsv" ]; then
+          if grep -qP '^cluster\tfail' "$OUT/results/$config.tsv"; then
+            cell="cluster did not start"
+          else
+            IFS=$'\t' read -r _ status reason _ < <(grep -P "^\Q$name\E\t" "$OUT/results/$config.tsv" || true)
+            case "${status:-}" in
+              pass) cell=pass ;;
+              fail) cell="**fail**: $reason" ;;
+              n/a) cell="n/a: $reason" ;;
+            esac
+          fi
+        fi
+        printf ' %s |' "$cell"
+      done
+      echo
+    done
+    echo
+    echo "Time per version on 2 cores: see each results file's last column (seconds per capability)."
+  } >"$DOC"
+  say "wrote $DOC"
+}
+
+case "${1:-}" in
+  --doc) write_doc; exit 0 ;;
+  --check)
+    [ $# = 2 ] || die "usage: matrix.sh --check CONFIG"
+    valid_config "$2"
+    cargo test --no-run --tests -q >&2
+    run_config "$2"; exit $? ;;
+esac
+configs=("$@")
+[ ${#configs[@]} -gt 0 ] || configs=("${ALL[@]}")
+for c in "${configs[@]}"; do valid_config "$c"; done
+cargo test --no-run --tests -q >&2
+rc=0
+for c in "${configs[@]}"; do run_config "$c" || rc=1; done
+write_doc
+exit $rc
