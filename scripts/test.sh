@@ -35,11 +35,11 @@ scripts/cluster.sh lib >/dev/null
 lap "setup (packages, Python clients, Kafka jars)"
 
 started_here=0
+# The suite runs on the default Kafka version (or $KROUTE_KAFKA_VERSION): a cluster left running
+# another version is restarted.
+kafka=${KROUTE_KAFKA_VERSION:-$(scripts/cluster.sh default-version)}
 # The status is captured first: `status | grep -q` under pipefail fails whenever grep's early exit
 # kills the status script with SIGPIPE, which restarted a perfectly good cluster.
-# The suite runs on the default Kafka version (or $KROUTE_KAFKA_VERSION): a cluster left running
-# another version (e.g. by scripts/matrix.sh with its defaults) is restarted.
-kafka=${KROUTE_KAFKA_VERSION:-$(scripts/cluster.sh default-version)}
 status=$(scripts/cluster.sh status 2>/dev/null) && status_ok=1 || status_ok=0
 if [ "$status_ok" = 0 ] || ! grep -qx 'mode relayed' <<<"$status" || ! grep -qx 'secured yes' <<<"$status" ||
     ! grep -q "^kafka $kafka " <<<"$status"; then

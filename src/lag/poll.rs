@@ -152,33 +152,37 @@ pub async fn committed(
     let mut session = Session::open(ask).await?;
     match session.version(ApiKey::OffsetFetch, 8..=8) {
         Ok(version) => committed_together(&mut session, version, groups).await,
-        // Before Kafka 3.0: one group per request (v2+: no topic list means all partitions).
-        Err(_) => {
-            let version = session.version(ApiKey::OffsetFetch, 2..=7)?;
-            let mut out = HashMap::new();
-            for group in groups {
-                let request = OffsetFetchRequest::default()
-                    .with_group_id(group_id(group))
-                    .with_topics(None);
-                let response: OffsetFetchResponse =
-                    session.call(ApiKey::OffsetFetch, version, &request).await?;
-                if response.error_code == 0 {
-                    out.insert(
-                        group.clone(),
-                        offsets(response.topics.into_iter().map(|t| {
-                            let partitions = t.partitions.into_iter();
-                            (
-                                t.name,
-                                partitions
-                                    .map(|p| (p.partition_index, p.error_code, p.committed_offset)),
-                            )
-                        })),
-                    );
-                }
-            }
-            Ok(out)
-        }
+        Err(_) => committed_one_by_one(&mut session, groups).await,
     }
+}
+
+/// The committed offsets of `groups`, one OffsetFetch each: brokers before Kafka 3.0 (v2+: no
+/// topic list means all partitions).
+async fn committed_one_by_one(
+    session: &mut Session,
+    groups: &[String],
+) -> anyhow::Result<HashMap<String, Vec<(TopicPartition, i64)>>> {
+    let version = session.version(ApiKey::OffsetFetch, 2..=7)?;
+    let mut out = HashMap::new();
+    for group in groups {
+        let request = OffsetFetchRequest::default()
+            .with_group_id(group_id(group))
+            .with_topics(None);
+        let response: OffsetFetchResponse =
+            session.call(ApiKey::OffsetFetch, version, &request).await?;
+        if response.error_code != 0 {
+            continue;
+        }
+        let topics = response.topics.into_iter().map(|t| {
+            let partitions = t.partitions.into_iter();
+            (
+                t.name,
+                partitions.map(|p| (p.partition_index, p.error_code, p.committed_offset)),
+            )
+        });
+        out.insert(group.clone(), offsets(topics));
+    }
+    Ok(out)
 }
 
 /// The committed offsets of `groups`, asked in one OffsetFetch v8+.

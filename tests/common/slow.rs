@@ -123,8 +123,8 @@ pub fn assert_slow_broker_avoided(share: f64, client: &str) {
 }
 
 /// The idempotent producer `client` moved its batches off slow broker 2 through kroute: broker
-/// 2 got less than its share ([`assert_slow_broker_avoided`]), batches moved and were renumbered, kroute owned
-/// exactly this one producer and passed it no sequence error.
+/// 2 got less than its share ([`assert_slow_broker_avoided`]), batches moved and were
+/// renumbered, kroute owned exactly this one producer and passed it no sequence error.
 pub fn assert_moved_off_broker_2(kroute: &Kroute, before: [f64; 3], client: &str) {
     let share = share_of_broker_2(before, produce_bytes(kroute));
     assert_slow_broker_avoided(share, client);
