@@ -196,6 +196,17 @@ fn kafka_python_default_producer_batches_move_without_sequence_errors() {
     default_producer_moves_exactly_once("kafka-python", "kp-", common::producers::kafka_python);
 }
 
+/// librdkafka 1.9, the generation before 2.x (the suite links 2.12), asked to be idempotent.
+#[test]
+#[ignore = "builds librdkafka 1.9.2 from source first (2-3 min); scripts/matrix.sh runs it"]
+fn librdkafka_1_9_idempotent_producer_batches_move_without_sequence_errors() {
+    default_producer_moves_exactly_once(
+        "librdkafka 1.9",
+        "rd19-",
+        common::producers::librdkafka_1_9,
+    );
+}
+
 /// A producer of another language with its defaults: 15,000 keyless records at 3000/s with
 /// broker 2 slowed. Its batches move off broker 2, it logs no sequence error (both clients log
 /// the ones they get at WARN or above), every record is acknowledged and read back once.

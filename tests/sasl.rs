@@ -553,6 +553,50 @@ fn a_pre_kip_152_client_authenticates_with_raw_tokens_through_kroute() {
     kroute.assert_clean_logs(&["SaslHandshake v0"]);
 }
 
+/// A real pre-KIP-152 client, not only hand-made frames: kafka-python 2.0.2 authenticates with
+/// SaslHandshake v0 and raw SCRAM tokens and, told to speak Kafka 0.11's protocol, produces with
+/// Produce v3 (acks=1, no retries). Its batches move over kroute's own connections like any
+/// plain producer's, and every acknowledged record is there once.
+#[test]
+fn an_old_protocol_client_authenticates_with_raw_tokens_and_its_batches_move() {
+    let password = PasswordFile::new("kroute-secret");
+    let toml = upstream_sasl("passthrough", "SCRAM-SHA-512", "kroute", &password)
+        + "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"sasl-old-*\"]\n";
+    let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
+    let topic = unique("sasl-old");
+    create_topic(&topic, 6, &[]);
+    let run = common::producers::old_kafka_python_with(
+        &kroute.bootstrap,
+        &topic,
+        600,
+        1000,
+        "old-",
+        &[
+            "--sasl",
+            "SCRAM-SHA-512:alice:alice-secret",
+            "--api-version",
+            "0.11",
+        ],
+    );
+    run.assert_ok();
+    let acked = run.acks();
+    assert_eq!(acked.len(), 600);
+    let alice = [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.username", "alice"),
+        ("sasl.password", "alice-secret"),
+    ];
+    librdkafka::assert_exactly_once_with(
+        &kroute.bootstrap,
+        &topic,
+        &alice,
+        acked.iter().map(|(id, _)| id.as_str()),
+    );
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    kroute.assert_clean_logs(&[]);
+}
+
 #[test]
 fn passthrough_clients_reauthenticate_themselves_through_kroute() {
     // The Java client re-authenticates its own sessions (KIP-368) on the 10 s listener.

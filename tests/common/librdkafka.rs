@@ -334,8 +334,19 @@ pub fn assert_exactly_once<'a>(
     topic: &str,
     acked: impl IntoIterator<Item = &'a str>,
 ) -> Copies {
+    assert_exactly_once_with(bootstrap, topic, &[], acked)
+}
+
+/// [`assert_exactly_once`] with more client configuration for the reader (e.g. SASL).
+pub fn assert_exactly_once_with<'a>(
+    bootstrap: &str,
+    topic: &str,
+    config: &[(&str, &str)],
+    acked: impl IntoIterator<Item = &'a str>,
+) -> Copies {
     let acked: Vec<&str> = acked.into_iter().collect();
-    let read = consume_ids(bootstrap, topic, acked.iter().copied());
+    let wanted: BTreeSet<String> = acked.iter().map(|id| id.to_string()).collect();
+    let read = read_back(bootstrap, topic, config, &wanted);
     let report = ReadBack::of(acked, &read);
     assert!(
         report.is_exactly_once(),

@@ -6,7 +6,9 @@
 //! compresses by default, and tests measure brokers' shares in bytes) with the client's
 //! defaults: idempotent, acks=all.
 
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use super::{JavaRun, repo_root};
 
@@ -39,16 +41,67 @@ pub fn kafka_python_with(
     prefix: &str,
     more: &[&str],
 ) -> JavaRun {
-    // The pinned virtualenv scripts/test.sh sets up (tests/python/setup.sh).
-    let mut command = Command::new(repo_root().join("target/python/bin/python3"));
-    command
-        .arg(repo_root().join("tests/python/producer.py"))
-        .args(more);
+    python(
+        "target/python",
+        more,
+        (bootstrap, topic, count, per_second, prefix),
+    )
+}
+
+/// [`kafka_python_with`] on kafka-python 2.0.2, an old-protocol client: it authenticates with
+/// SaslHandshake v0 and raw tokens (before KIP-152), and with `--api-version 0.11` produces
+/// with Produce v3. Its defaults: acks=1, no retries, not idempotent.
+pub fn old_kafka_python_with(
+    bootstrap: &str,
+    topic: &str,
+    count: u32,
+    per_second: u32,
+    prefix: &str,
+    more: &[&str],
+) -> JavaRun {
+    python(
+        "target/python-old",
+        more,
+        (bootstrap, topic, count, per_second, prefix),
+    )
+}
+
+/// librdkafka 1.9.2 (tests/rdkafka-1.9, built on first use: 2-3 minutes), asked to be
+/// idempotent (1.9's default is not), acks=all: `count` 1 KiB records, at most `per_second` a
+/// second, ids `<prefix><n>`.
+pub fn librdkafka_1_9(
+    bootstrap: &str,
+    topic: &str,
+    count: u32,
+    per_second: u32,
+    prefix: &str,
+) -> JavaRun {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    let binary = BINARY.get_or_init(|| {
+        let out = Command::new(repo_root().join("tests/rdkafka-1.9/build.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run tests/rdkafka-1.9/build.sh");
+        assert!(out.status.success(), "tests/rdkafka-1.9/build.sh failed");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    });
+    let mut command = Command::new(binary);
+    command.args(["--config", "enable.idempotence=true"]);
     run(
-        "kafka-python",
+        "librdkafka 1.9",
         command,
         (bootstrap, topic, count, per_second, prefix),
     )
+}
+
+/// tests/python/producer.py in one of the pinned virtualenvs scripts/test.sh sets up
+/// (tests/python/setup.sh).
+fn python(venv: &str, more: &[&str], what: (&str, &str, u32, u32, &str)) -> JavaRun {
+    let mut command = Command::new(repo_root().join(venv).join("bin/python3"));
+    command
+        .arg(repo_root().join("tests/python/producer.py"))
+        .args(more);
+    run("kafka-python", command, what)
 }
 
 fn run(

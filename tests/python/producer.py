@@ -1,6 +1,7 @@
 """kafka-python as a real, unmodified Kafka client for kroute's tests.
 
-Produces keyless records with kafka-python's defaults (idempotent, acks=all), each value
+Produces keyless records with kafka-python's defaults (3.x: idempotent, acks=all; 2.0.x, the
+old-protocol client: acks=1, no retries), each value
 starting with a unique id followed by random letters, and prints one line per record:
 
     ack id=<id> partition=<p> offset=<o>
@@ -31,6 +32,9 @@ def main():
     parser.add_argument("--prefix", default="kp-")
     parser.add_argument("--sasl", default=None, metavar="MECHANISM:USER:PASSWORD",
                         help="authenticate with SASL over plaintext")
+    parser.add_argument("--api-version", default=None, metavar="MAJOR.MINOR",
+                        help="speak this broker generation's protocol (e.g. 0.11: Produce v3) "
+                             "instead of probing with ApiVersions")
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
@@ -39,11 +43,13 @@ def main():
         mechanism, user, password = args.sasl.split(":", 2)
         security = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
                         sasl_plain_username=user, sasl_plain_password=password)
-    producer = KafkaProducer(
-        bootstrap_servers=args.bootstrap.split(","),
-        delivery_timeout_ms=120_000,
-        **security,
-    )
+    options = dict(bootstrap_servers=args.bootstrap.split(","), **security)
+    if args.api_version:
+        options["api_version"] = tuple(int(part) for part in args.api_version.split("."))
+    # delivery_timeout_ms came with kafka-python 2.1; 2.0.x has no such bound.
+    if "delivery_timeout_ms" in KafkaProducer.DEFAULT_CONFIG:
+        options["delivery_timeout_ms"] = 120_000
+    producer = KafkaProducer(**options)
     lock = threading.Lock()
     counts = {"acked": 0, "errors": 0}
     lines = []

@@ -72,6 +72,7 @@
  *       cluster_id=<id>
  */
 
+import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -97,6 +98,7 @@ import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeTopicsResult;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -108,6 +110,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Metric;
 import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.Node;
@@ -116,6 +119,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.common.utils.AppInfoParser;
 
 public final class KrouteClient {
 
@@ -293,6 +297,11 @@ public final class KrouteClient {
             p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, a.one.get("idempotent"));
         } else if (!acks.equals("all") && !acks.equals("-1")) {
             p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");
+        } else if (!p.containsKey(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG) && clientMajor() < 3) {
+            // The tests' default producer is the default of clients 3.0 and later (idempotent,
+            // acks=all). Clients before 3.0 are not idempotent by default: asked for here, so
+            // that the same tests check idempotent routing with them too.
+            p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
         }
         if (txnId != null) {
             p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
@@ -427,7 +436,10 @@ public final class KrouteClient {
         p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
         if (group != null) {
             p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, a.opt("group-protocol", "classic"));
+            // Set only when asked: clients before 3.7 do not know group.protocol (classic is the
+            // default everywhere it exists).
+            String protocol = a.opt("group-protocol", null);
+            if (protocol != null) p.put("group.protocol", protocol);
         }
         return p;
     }
@@ -499,7 +511,7 @@ public final class KrouteClient {
 
         int partitions;
         try (Admin admin = Admin.create(adminProps(a))) {
-            partitions = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+            partitions = describeTopic(admin, topic).partitions().size();
         }
         int wantAssigned = Math.min(members, partitions);
 
@@ -605,6 +617,33 @@ public final class KrouteClient {
         return 0;
     }
 
+    /**
+     * One topic's description. allTopicNames() came with clients 3.1 and all() went with 4.0, so the
+     * method is looked up by name: one source compiles and runs against clients 2.8 to 4.x.
+     */
+    static TopicDescription describeTopic(Admin admin, String topic) throws Exception {
+        DescribeTopicsResult result = admin.describeTopics(List.of(topic));
+        Method all;
+        try {
+            all = result.getClass().getMethod("allTopicNames");
+        } catch (NoSuchMethodException e) {
+            all = result.getClass().getMethod("all");
+        }
+        @SuppressWarnings("unchecked")
+        KafkaFuture<Map<String, TopicDescription>> future = (KafkaFuture<Map<String, TopicDescription>>) all.invoke(result);
+        return future.get().get(topic);
+    }
+
+    /** The major version of the kafka-clients jar this runs with (e.g. 2 for 2.8.2). */
+    static int clientMajor() {
+        String version = AppInfoParser.getVersion();
+        try {
+            return Integer.parseInt(version.substring(0, version.indexOf('.')));
+        } catch (RuntimeException e) {
+            throw new IllegalStateException("cannot read the client version from '" + version + "'", e);
+        }
+    }
+
     static String ids(List<Node> nodes) {
         if (nodes.isEmpty()) return "none";
         return nodes.stream().map(n -> String.valueOf(n.id())).collect(Collectors.joining(","));
@@ -613,7 +652,7 @@ public final class KrouteClient {
     static int adminDescribe(Args a) throws Exception {
         String topic = a.req("topic");
         try (Admin admin = Admin.create(adminProps(a))) {
-            TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            TopicDescription d = describeTopic(admin, topic);
             for (TopicPartitionInfo pi : d.partitions()) {
                 Node l = pi.leader();
                 out("partition topic=" + topic + " partition=" + pi.partition()
