@@ -39,7 +39,7 @@ CAPABILITIES=(
   "Keyless batches leave a slow broker|routing::java_non_idempotent_keyless_producer_avoids_the_slow_broker||"
   "Idempotent batches leave a slow broker, exactly once|idempotent::java_default_producer_batches_move_without_sequence_errors||"
   "Keyed and transactional batches stay|routing::keyed_and_transactional_batches_stay_where_the_client_put_them||"
-  "Transactions through kroute|passthrough::java_transactions_commit_and_abort idempotent::transactional_producers_are_untouched_by_renumbering||"
+  "Transactions through kroute (v2 from 4.0: epoch bumps checked)|passthrough::java_transactions_commit_and_abort idempotent::transactional_producers_are_untouched_by_renumbering idempotent::transactions_v2_epoch_bumps_beside_a_renumbered_producer_lose_nothing||"
   "Consumer groups|passthrough::consumer_group_with_several_members||"
   "Restart recovery (DescribeProducers)|idempotent::after_a_kroute_crash_running_producers_are_routed_again_losing_nothing||"
   "SCRAM, kroute authenticates|sasl::originate_scram_sha_512_over_sasl_ssl_serves_java_and_librdkafka||"

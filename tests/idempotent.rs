@@ -355,6 +355,119 @@ fn a_batch_refused_as_too_large_does_not_stop_the_others() {
     kroute.assert_clean_logs(&[]);
 }
 
+/// Transactions v2 (KIP-890, on by default from Kafka 4.0) bump the producer epoch at every
+/// commit. A transactional producer committing 10 transactions beside an idempotent producer
+/// whose batches kroute moves and renumbers: every committed record is read once with
+/// read_committed, and on 4.0+ the brokers really saw the epoch climb (DescribeProducers), so
+/// the test ran what it says.
+#[test]
+fn transactions_v2_epoch_bumps_beside_a_renumbered_producer_lose_nothing() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    let topic = unique("route-tv2");
+    create_topic_two_per_broker(&topic);
+
+    let before = produce_bytes(kroute);
+    let idempotent = java_produce_in_background(&kroute.bootstrap, &topic, 6000, 2000, "tb-");
+    let transactional = java_on(
+        "produce",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--count",
+            "3000",
+            "--per-second",
+            "1000",
+            "--transactional-id",
+            &unique("tv2"),
+            "--transactions",
+            "10",
+            "--id-prefix",
+            "tv-",
+        ],
+    );
+    assert_eq!(transactional.value("txn").as_deref(), Some("committed"));
+    let idempotent = idempotent.join().expect("idempotent producer thread");
+    idempotent.assert_ok();
+    // The transactional producer's batches stay, so only the idempotent one's show in the share.
+    let share = share_of_broker_2(before, produce_bytes(kroute));
+    eprintln!("broker 2 share beside transactions: {share:.3}");
+    assert!(
+        outcome(kroute, "renumbered") > 0.0,
+        "no batch was renumbered"
+    );
+    assert_no_sequence_error_passed(kroute);
+    assert_no_sequence_errors(&idempotent, kroute);
+
+    let mut acked = transactional.acks();
+    acked.extend(idempotent.acks());
+    assert_eq!(acked.len(), 9000);
+    let read = java_on(
+        "consume",
+        &kroute.bootstrap,
+        &topic,
+        &[
+            "--expect",
+            &acked.len().to_string(),
+            "--isolation",
+            "read_committed",
+            "--extra-wait-ms",
+            "2000",
+        ],
+    );
+    let mut got: Vec<String> = read
+        .records("rec")
+        .into_iter()
+        .map(|r| r["id"].clone())
+        .collect();
+    let mut expected: Vec<String> = acked.into_iter().map(|(id, _)| id).collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(
+        got, expected,
+        "read_committed is not exactly what was acknowledged"
+    );
+
+    if kafka_version() >= (4, 0) {
+        let epoch = producer_epoch_up_to(&kroute.bootstrap, &topic, 9);
+        assert!(
+            epoch >= 9,
+            "10 commits under transactions v2 should have bumped the epoch 9 times or more; the brokers hold {epoch}"
+        );
+    }
+    kroute.assert_clean_logs(&[]);
+}
+
+/// The highest producer epoch the leaders of `topic`'s 6 partitions hold (Kafka's
+/// TransactionsCommand describe-producers through `bootstrap`), asking partition after
+/// partition only until one holds `want` (each ask starts a JVM).
+fn producer_epoch_up_to(bootstrap: &str, topic: &str, want: i64) -> i64 {
+    let mut highest = -1;
+    for partition in 0..6 {
+        let out = cluster(&[
+            "tool",
+            "org.apache.kafka.tools.TransactionsCommand",
+            "--bootstrap-server",
+            bootstrap,
+            "describe-producers",
+            "--topic",
+            topic,
+            "--partition",
+            &partition.to_string(),
+        ]);
+        // Columns: ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence ...
+        for line in out.lines().skip(1) {
+            if let Some(Ok(epoch)) = line.split_whitespace().nth(1).map(str::parse::<i64>) {
+                highest = highest.max(epoch);
+            }
+        }
+        if highest >= want {
+            break;
+        }
+    }
+    highest
+}
+
 #[test]
 fn transactional_producers_are_untouched_by_renumbering() {
     let world = slow_world();

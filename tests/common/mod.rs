@@ -527,6 +527,21 @@ pub fn java_ok(args: &[&str]) -> JavaRun {
 // Topics, created on the real cluster directly.
 
 /// Runs `scripts/cluster.sh` with `args` and fails the test if it fails.
+/// The test cluster's Kafka version as (major, minor), from `cluster.sh status` ("kafka 4.1.2 kraft").
+pub fn kafka_version() -> (u32, u32) {
+    let status = cluster(&["status"]);
+    let version = status
+        .lines()
+        .find_map(|l| l.strip_prefix("kafka "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no 'kafka VERSION' line in cluster.sh status: {status}"));
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => panic!("cannot read the Kafka version from '{version}'"),
+    }
+}
+
 pub fn cluster(args: &[&str]) -> String {
     let out = Command::new(repo_root().join("scripts/cluster.sh"))
         .args(args)

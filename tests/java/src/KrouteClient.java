@@ -15,7 +15,7 @@
  * produce --topic T --count N [--idempotent true|false] [--acks all|1|0] [--keyed]
  *         [--id-prefix P] [--transactional-id X [--abort]] [--record-size BYTES]
  *         [--compression none|gzip|snappy|lz4|zstd] [--timeout-ms MS] [--linger-ms MS]
- *         [--per-second N] [--oversize-at I --oversize-bytes B]
+ *         [--per-second N] [--oversize-at I --oversize-bytes B] [--transactions T]
  *     value = id + (' ' + 'x' padding up to --record-size bytes), id = P + 8-digit sequence
  *     (default P "id-"); key = "key-<i % 10>" with --keyed, else null. Waits for every ack.
  *     --per-second N paces the sends to about N records/s (0, the default: unpaced).
@@ -36,7 +36,9 @@
  *     Exit 1 if errors > 0, not counting the oversize record when it failed with
  *     RecordTooLargeException (its fail line is printed all the same). --idempotent defaults to
  *     the client default (true) unless --acks is 1/0 (then false); --transactional-id forces
- *     idempotence and acks=all.
+ *     idempotence and acks=all. --transactions T (with --transactional-id, default 1): the records
+ *     go in T transactions of about N/T each, each committed before the next begins (the last is
+ *     aborted with --abort).
  *
  * consume --topic T --expect N [--group G] [--timeout-ms MS] [--isolation read_committed|
  *         read_uncommitted] [--group-protocol classic|consumer] [--extra-wait-ms MS]
@@ -264,6 +266,11 @@ public final class KrouteClient {
         if (count < 0) throw new UsageError("missing --count");
         String acks = a.opt("acks", "all");
         String txnId = a.one.get("transactional-id");
+        int transactions = a.integer("transactions", 1);
+        if (transactions < 1 || transactions > Math.max(1, count)) {
+            throw new UsageError("--transactions must be in 1.." + Math.max(1, count));
+        }
+        if (transactions > 1 && txnId == null) throw new UsageError("--transactions needs --transactional-id");
         boolean abort = a.flag("abort");
         boolean keyed = a.flag("keyed");
         String prefix = a.opt("id-prefix", "id-");
@@ -336,6 +343,10 @@ public final class KrouteClient {
                     long due = pacingStart + (long) (i * (1_000_000_000.0 / perSecond));
                     long wait = due - System.nanoTime();
                     if (wait > 0) TimeUnit.NANOSECONDS.sleep(wait);
+                }
+                if (txnId != null && i > 0 && (long) i * transactions / count != (long) (i - 1) * transactions / count) {
+                    producer.commitTransaction();   // flushes this transaction's records first
+                    producer.beginTransaction();
                 }
                 String id = prefix + String.format(Locale.ROOT, "%08d", i);
                 String value = id;
