@@ -402,23 +402,9 @@ fn transactions_v2_epoch_bumps_beside_a_renumbered_producer_lose_nothing() {
     let mut acked = transactional.acks();
     acked.extend(idempotent.acks());
     assert_eq!(acked.len(), 9000);
-    let read = java_on(
-        "consume",
-        &kroute.bootstrap,
-        &topic,
-        &[
-            "--expect",
-            &acked.len().to_string(),
-            "--isolation",
-            "read_committed",
-            "--extra-wait-ms",
-            "2000",
-        ],
-    );
-    let mut got: Vec<String> = read
-        .records("rec")
+    let mut got: Vec<String> = read_committed(&kroute.bootstrap, &topic, acked.len())
         .into_iter()
-        .map(|r| r["id"].clone())
+        .map(|(id, _)| id)
         .collect();
     let mut expected: Vec<String> = acked.into_iter().map(|(id, _)| id).collect();
     got.sort();
@@ -436,6 +422,28 @@ fn transactions_v2_epoch_bumps_beside_a_renumbered_producer_lose_nothing() {
         );
     }
     kroute.assert_clean_logs(&[]);
+}
+
+/// `topic` read through `bootstrap` with read_committed until `expect` records (and 2 s more):
+/// each record's id and partition.
+fn read_committed(bootstrap: &str, topic: &str, expect: usize) -> Vec<(String, i32)> {
+    let read = java_on(
+        "consume",
+        bootstrap,
+        topic,
+        &[
+            "--expect",
+            &expect.to_string(),
+            "--isolation",
+            "read_committed",
+            "--extra-wait-ms",
+            "2000",
+        ],
+    );
+    read.records("rec")
+        .into_iter()
+        .map(|r| (r["id"].clone(), r["partition"].parse().unwrap_or(-1)))
+        .collect()
 }
 
 /// The highest producer epoch the leaders of `topic`'s 6 partitions hold (Kafka's
@@ -495,24 +503,7 @@ fn transactional_producers_are_untouched_by_renumbering() {
     assert_eq!(aborted.value("txn").as_deref(), Some("aborted"));
 
     let acked = committed.acks();
-    let read = java_on(
-        "consume",
-        &kroute.bootstrap,
-        &topic,
-        &[
-            "--expect",
-            &acked.len().to_string(),
-            "--isolation",
-            "read_committed",
-            "--extra-wait-ms",
-            "2000",
-        ],
-    );
-    let got: Vec<(String, i32)> = read
-        .records("rec")
-        .into_iter()
-        .map(|r| (r["id"].clone(), r["partition"].parse().unwrap_or(-1)))
-        .collect();
+    let got = read_committed(&kroute.bootstrap, &topic, acked.len());
     let mut expected = acked.clone();
     expected.sort();
     let mut got_sorted = got.clone();
