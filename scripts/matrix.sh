@@ -16,8 +16,9 @@
 # (the capabilities that use the Java client, with kafka-clients VERSION, against BROKER or else
 # the default version). Each runs on its own cluster (state target/matrix/cluster, ports + 3000,
 # so the default test cluster can keep running), started fresh and stopped afterwards. Results:
-# target/matrix/results/CONFIG.tsv, logs per capability in target/matrix/logs/CONFIG/. Needs what
-# the test command sets up (scripts/test.sh installs it; run that once first on a fresh machine).
+# target/matrix/results/CONFIG.tsv, logs per capability in target/matrix/logs/CONFIG/. Builds the
+# test clients itself, but needs the packages the test command installs (scripts/test.sh; run
+# that once first on a fresh machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -211,19 +212,25 @@ write_doc() { # both tables from every config's latest results
   say "wrote $DOC"
 }
 
+setup() { # the test clients and binaries (quick when the test command already made them)
+  tests/python/setup.sh
+  tests/go/build.sh >&2
+  cargo test --no-run --tests -q >&2
+}
+
 case "${1:-}" in
   --doc) write_doc; exit 0 ;;
   --check)
     [ $# = 2 ] || die "usage: matrix.sh --check CONFIG"
     valid_config "$2"
     CHECK=1
-    cargo test --no-run --tests -q >&2
+    setup
     run_config "$2"; exit $? ;;
 esac
 configs=("$@")
 [ ${#configs[@]} -gt 0 ] || configs=("${ALL[@]}" "${CLIENTS[@]}")
 for c in "${configs[@]}"; do valid_config "$c"; done
-cargo test --no-run --tests -q >&2
+setup
 rc=0
 for c in "${configs[@]}"; do run_config "$c" || rc=1; done
 write_doc

@@ -175,6 +175,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(kroute::route::recovery::read_held_epochs(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
     tokio::spawn(kroute::lag::collect::run(proxy.clone()));
+    tokio::spawn(kroute::lag::tail::run(proxy.clone()));
     let listening = tokio::spawn(listener::run(proxy.clone()));
 
     let signal = tokio::select! {

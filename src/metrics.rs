@@ -69,6 +69,18 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         Some(Unit::Count),
         "OffsetCommit requests or responses kroute could not read for lag (forwarded anyway)",
     ),
+    (
+        "kroute_lag_commits_logged_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Offset commits of watched groups recorded from __consumer_offsets",
+    ),
+    (
+        "kroute_lag_offsets_log_errors_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Rounds of reading __consumer_offsets that failed (retried), and records or batches in it kroute could not decode (skipped), by kind",
+    ),
     // Client side.
     (
         "kroute_client_connections_total",

@@ -107,6 +107,29 @@ fn wait_statuses(k: &Kroute, group: &str, want: (&str, &str), timeout: Duration)
     })
 }
 
+/// [`wait_statuses`] once the newest commit kroute holds for partition 0 is `offset` (commits
+/// read from `__consumer_offsets` arrive a moment after the client's commit returned).
+fn wait_statuses_at(
+    k: &Kroute,
+    group: &str,
+    want: (&str, &str),
+    offset: i64,
+    timeout: Duration,
+) -> Value {
+    wait_for(
+        &format!("{group} to be {want:?} at {offset}"),
+        timeout,
+        || {
+            let (_, v) = burrow(k, group, "lag");
+            let p = &v["status"]["partitions"][0];
+            (v["status"]["status"] == want.0
+                && p["status"] == want.1
+                && p["end"]["offset"] == offset)
+                .then_some(v)
+        },
+    )
+}
+
 #[test]
 fn a_consumer_falling_behind_is_warn() {
     let k = lag_kroute();
@@ -117,7 +140,7 @@ fn a_consumer_falling_behind_is_warn() {
         produce_seen(&k, &topic, 50);
         commit(&c, &topic, 10 * round);
     }
-    let v = wait_statuses(&k, &group, ("WARN", "WARN"), Duration::from_secs(5));
+    let v = wait_statuses_at(&k, &group, ("WARN", "WARN"), 50, Duration::from_secs(5));
     let p = &v["status"]["partitions"][0];
     assert_eq!(p["current_lag"], 200, "{v}");
     assert_eq!(p["complete"], 1.0, "{v}");
@@ -219,15 +242,36 @@ fn a_consumer_committing_the_same_offset_while_lag_grows_is_stall() {
 #[test]
 fn offsets_reset_to_earliest_with_the_kafka_tool_are_rewind() {
     let k = lag_kroute();
+    reset_to_earliest_is_rewind(&k);
+    assert!(k.metric("kroute_lag_commits_logged_total", &[]) >= 4.0);
+    k.assert_clean_logs(&[]);
+}
+
+/// Without `__consumer_offsets` (`lag.offsets_log = false`, or a cluster that refuses kroute
+/// the topic), commits through kroute are seen passing.
+#[test]
+fn without_the_offsets_log_commits_through_kroute_are_seen_passing() {
+    let k = Kroute::start_with(KrouteOptions {
+        extra_toml: format!("{LAG_TOML}offsets_log = false\n"),
+        ..KrouteOptions::default()
+    });
+    reset_to_earliest_is_rewind(&k);
+    assert!(k.metric("kroute_lag_commits_observed_total", &[]) >= 4.0);
+    assert_eq!(k.metric("kroute_lag_commits_logged_total", &[]), 0.0);
+    k.assert_clean_logs(&[]);
+}
+
+/// Commits 40, 60, 80, then Apache Kafka's own tool resets the group to the earliest offset
+/// through kroute: REWIND.
+fn reset_to_earliest_is_rewind(k: &Kroute) {
     let (topic, group) = (topic("lag-rewind-"), unique("g-rewind-"));
-    let c = committer(&k, &group);
-    produce_seen(&k, &topic, 100);
+    let c = committer(k, &group);
+    produce_seen(k, &topic, 100);
     for offset in [40, 60, 80] {
         commit(&c, &topic, offset);
-        polls_pass(&k, 1);
+        polls_pass(k, 1);
     }
     drop(c);
-    // Apache Kafka's own tool, through kroute: its OffsetCommit is seen passing.
     cluster(&[
         "tool",
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
@@ -241,10 +285,8 @@ fn offsets_reset_to_earliest_with_the_kafka_tool_are_rewind() {
         "--to-earliest",
         "--execute",
     ]);
-    let v = wait_statuses(&k, &group, ("ERR", "REWIND"), Duration::from_secs(10));
+    let v = wait_statuses_at(k, &group, ("ERR", "REWIND"), 0, Duration::from_secs(10));
     assert_eq!(v["status"]["partitions"][0]["end"]["offset"], 0, "{v}");
-    assert!(k.metric("kroute_lag_commits_observed_total", &[]) >= 4.0);
-    k.assert_clean_logs(&[]);
 }
 
 #[test]
@@ -271,7 +313,7 @@ fn an_unknown_group_is_404_notfound_and_the_cluster_is_listed() {
 
 /// A subscribed consumer that reads everything and commits as it goes, until `stop`.
 fn group_consumer(
-    k: &Kroute,
+    bootstrap: &str,
     topic: &str,
     group: &str,
     client_id: &str,
@@ -280,7 +322,7 @@ fn group_consumer(
 ) -> std::thread::JoinHandle<()> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", &k.bootstrap)
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .set("client.id", client_id)
         .set("group.protocol", protocol)
@@ -334,7 +376,14 @@ fn keeps_up_and_is_ok(protocol: &str) {
     let client_id = format!("lag-test-{protocol}");
     let stop = Arc::new(AtomicBool::new(false));
     let producer = steady_producer(&k, &topic, stop.clone());
-    let consumer = group_consumer(&k, &topic, &group, &client_id, protocol, stop.clone());
+    let consumer = group_consumer(
+        &k.bootstrap,
+        &topic,
+        &group,
+        &client_id,
+        protocol,
+        stop.clone(),
+    );
     // A window of five commits and the owner known from the group's description.
     let v = wait_for("an owned, full window", Duration::from_secs(60), || {
         let (_, v) = burrow(&k, &group, "lag");
@@ -353,6 +402,43 @@ fn keeps_up_and_is_ok(protocol: &str) {
     );
     let (_, list) = http_get(&k.admin, "/v3/kafka/local/consumer").unwrap();
     assert!(list.contains(&format!("\"{group}\"")), "{list}");
+    k.assert_clean_logs(&[]);
+}
+
+/// At kroute's default lag settings, with the consumer talking straight to the cluster (kroute
+/// only reads, as Burrow does), a group that keeps up is OK at every look from the moment it
+/// appears: no ERR, STOP or STALL while its window fills (a page at night for nothing).
+#[test]
+fn a_healthy_group_is_ok_at_every_poll_from_its_start_at_default_settings() {
+    let k = Kroute::start_with(KrouteOptions {
+        extra_toml: "\n[lag]\nenabled = true\n".into(),
+        ..KrouteOptions::default()
+    });
+    let topic = topic("lag-healthy-");
+    let group = unique("g-healthy-");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(&k, &topic, stop.clone());
+    let direct = common::cluster_bootstrap();
+    let consumer = group_consumer(&direct, &topic, &group, "healthy", "classic", stop.clone());
+    // Looked at every 200 ms until the window of 15 commits (one a second) is full and 5 s more.
+    let mut looks = 0;
+    let mut full_at: Option<Instant> = None;
+    while full_at.is_none_or(|t| t.elapsed() < Duration::from_secs(5)) {
+        let (code, v) = burrow(&k, &group, "lag");
+        if code == 200 {
+            looks += 1;
+            assert_eq!(v["status"]["status"], "OK", "look {looks}: {v}");
+            if full_at.is_none() && v["status"]["partitions"][0]["complete"] == 1.0 {
+                full_at = Some(Instant::now());
+            }
+        }
+        assert!(looks < 1000, "the window never filled");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    consumer.join().unwrap();
+    eprintln!("{looks} looks at the group, all OK");
     k.assert_clean_logs(&[]);
 }
 

@@ -28,6 +28,12 @@ pub struct LagConfig {
     /// `offset-refresh`).
     #[serde(default = "default_poll_interval_ms")]
     pub poll_interval_ms: u64,
+    /// Whether commits are read from `__consumer_offsets` (every commit, with the time the
+    /// coordinator wrote it, as Burrow reads them). Off: commits come from polling OffsetFetch
+    /// and from OffsetCommit requests through kroute, which cannot tell when or how often a
+    /// group that commits past kroute committed. Needs Describe and Read on the topic.
+    #[serde(default = "default_offsets_log")]
+    pub offsets_log: bool,
     /// Commits per partition window (Burrow's `intervals`).
     #[serde(default = "default_intervals")]
     pub intervals: usize,
@@ -67,6 +73,9 @@ fn default_include() -> Vec<String> {
 fn default_poll_interval_ms() -> u64 {
     10_000
 }
+fn default_offsets_log() -> bool {
+    true
+}
 fn default_intervals() -> usize {
     15
 }
@@ -91,6 +100,7 @@ impl Default for LagConfig {
             include: default_include(),
             exclude: Vec::new(),
             poll_interval_ms: default_poll_interval_ms(),
+            offsets_log: default_offsets_log(),
             intervals: default_intervals(),
             min_distance_ms: 0,
             allowed_lag: 0,

@@ -243,12 +243,13 @@ fn judge(
     Status::Ok
 }
 
-/// No commit with a known lag at or below `allowed_lag` (Burrow's `isLagAlwaysNotZero`).
+/// Some commits have a known lag, and none at or below `allowed_lag` (Burrow's
+/// `isLagAlwaysNotZero`). Burrow drops the commits made before it knew the partition's log end;
+/// kroute keeps them with an unknown lag, and a window of only those says nothing about lag:
+/// judging it would show a consumer that just started as stalled or slow.
 fn lag_never_within(commits: &[CommitEntry], allowed_lag: u64) -> bool {
-    commits
-        .iter()
-        .filter_map(|c| c.lag)
-        .all(|lag| lag > allowed_lag)
+    let mut known = commits.iter().filter_map(|c| c.lag).peekable();
+    known.peek().is_some() && known.all(|lag| lag > allowed_lag)
 }
 
 /// The index of the first commit lower than the one before it (Burrow's

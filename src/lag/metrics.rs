@@ -21,6 +21,9 @@ pub struct LagMetrics {
     pub poll_seconds: Gauge,
     pub commits_observed: Counter,
     pub commits_unreadable: Counter,
+    pub commits_logged: Counter,
+    pub log_reads_failed: Counter,
+    pub log_undecodable: Counter,
 }
 
 impl Default for LagMetrics {
@@ -37,6 +40,9 @@ impl LagMetrics {
             poll_seconds: gauge!("kroute_lag_poll_duration_seconds"),
             commits_observed: counter!("kroute_lag_commits_observed_total"),
             commits_unreadable: counter!("kroute_lag_commits_unreadable_total"),
+            commits_logged: counter!("kroute_lag_commits_logged_total"),
+            log_reads_failed: counter!("kroute_lag_offsets_log_errors_total", "kind" => "read"),
+            log_undecodable: counter!("kroute_lag_offsets_log_errors_total", "kind" => "undecodable"),
         }
     }
 }

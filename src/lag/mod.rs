@@ -33,6 +33,7 @@
 //! - [`metrics`] and [`http`]: the verdicts in Prometheus and in Burrow's HTTP API.
 
 pub mod collect;
+pub mod commit_log;
 pub mod config;
 pub mod evaluate;
 pub mod http;
@@ -43,6 +44,7 @@ pub mod offset_commit;
 pub mod poll;
 pub mod status;
 pub mod store;
+pub mod tail;
 pub mod time_lag;
 pub mod window;
 

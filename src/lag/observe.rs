@@ -20,7 +20,8 @@ use crate::upstream::AnswerHook;
 /// broker accepts; `None` when lag is off, the group is not watched, or the request cannot be
 /// read (counted: the broker still gets it and has the last word).
 pub fn commit_hook(proxy: &Proxy, version: i16, payload: &Bytes) -> Option<AnswerHook> {
-    let lag = proxy.lag.clone()?;
+    // Commits read from __consumer_offsets need no second copy from the data path.
+    let lag = proxy.lag.clone().filter(|lag| !lag.commits_from_log())?;
     let metrics = &proxy.metrics.lag;
     let request = match read_request(payload, version) {
         Ok(request) => request,

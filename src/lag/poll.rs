@@ -273,13 +273,33 @@ pub async fn log_ends(
     ask: &Ask<'_>,
     partitions: &[TopicPartition],
 ) -> anyhow::Result<Vec<(TopicPartition, i64)>> {
+    list_offsets(ask, partitions, LATEST).await
+}
+
+/// The log-start offsets of `partitions` (the oldest offset still kept), all led by `ask`.
+pub async fn log_starts(
+    ask: &Ask<'_>,
+    partitions: &[TopicPartition],
+) -> anyhow::Result<Vec<(TopicPartition, i64)>> {
+    list_offsets(ask, partitions, EARLIEST).await
+}
+
+/// ListOffsets' special timestamps.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+
+async fn list_offsets(
+    ask: &Ask<'_>,
+    partitions: &[TopicPartition],
+    timestamp: i64,
+) -> anyhow::Result<Vec<(TopicPartition, i64)>> {
     let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
     for (topic, partition) in partitions {
         topics.entry(topic).or_default().push(
             ListOffsetsPartition::default()
                 .with_partition_index(*partition)
                 .with_current_leader_epoch(-1)
-                .with_timestamp(-1),
+                .with_timestamp(timestamp),
         );
     }
     let request = ListOffsetsRequest::default()

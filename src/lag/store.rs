@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::commit_log::LoggedCommit;
 use super::config::LagConfig;
 use super::evaluate::{GroupStatus, Params, PartitionInput, evaluate_group};
 use super::log_end::LogEnd;
@@ -37,6 +39,9 @@ pub enum Source {
     Polled { asked_ms: i64 },
     /// An OffsetCommit through kroute the broker accepted: every one counts.
     Observed,
+    /// Read from `__consumer_offsets`, written by the coordinator at `timestamp_ms`: every one
+    /// counts, at its own time.
+    Logged { timestamp_ms: i64 },
 }
 
 /// What the caps kept out, and how much is tracked.
@@ -72,6 +77,9 @@ pub struct LagStore {
     config: LagConfig,
     params: Params,
     state: Mutex<State>,
+    /// Whether commits come from `__consumer_offsets` ([`super::tail`]): then polled and
+    /// observed ones are ignored, or one commit would be recorded twice at two times.
+    from_log: AtomicBool,
 }
 
 impl LagStore {
@@ -80,6 +88,7 @@ impl LagStore {
             config: config.clone(),
             params: config.params(),
             state: Mutex::new(State::default()),
+            from_log: AtomicBool::new(false),
         }
     }
 
@@ -125,7 +134,26 @@ impl LagStore {
         true
     }
 
-    /// Records a commit of `group` at `now_ms`, with its lag against the newest log end known.
+    /// Whether commits are taken from `__consumer_offsets` (see [`Source::Logged`]).
+    pub fn commits_from_log(&self) -> bool {
+        self.from_log.load(Ordering::Relaxed)
+    }
+
+    pub fn set_commits_from_log(&self, on: bool) {
+        self.from_log.store(on, Ordering::Relaxed);
+    }
+
+    /// Records a commit read from `__consumer_offsets`, learnt at `now_ms`.
+    pub fn record_logged_commit(&self, commit: &LoggedCommit, now_ms: i64) {
+        let source = Source::Logged {
+            timestamp_ms: commit.timestamp_ms,
+        };
+        let tp = (commit.topic.as_str(), commit.partition);
+        self.record_commit(&commit.group, tp, commit.offset, now_ms, source);
+    }
+
+    /// Records a commit of `group` learnt at `now_ms`, with its lag against the newest log end
+    /// known. Polled and observed commits are ignored while commits come from the log.
     pub fn record_commit(
         &self,
         group: &str,
@@ -136,6 +164,9 @@ impl LagStore {
     ) {
         if offset < 0 {
             return; // no commit (OffsetFetch answers -1)
+        }
+        if self.commits_from_log() && !matches!(source, Source::Logged { .. }) {
+            return;
         }
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -173,9 +204,13 @@ impl LagStore {
         {
             return;
         }
+        let timestamp_ms = match source {
+            Source::Logged { timestamp_ms } => timestamp_ms,
+            Source::Polled { .. } | Source::Observed => now_ms,
+        };
         let commit = Commit {
             offset,
-            timestamp_ms: now_ms,
+            timestamp_ms,
             observed_ms: now_ms,
         };
         window.record(commit, log_end);
