@@ -10,16 +10,18 @@
 # comes from the Go module proxy (go install github.com/linkedin/Burrow@VERSION); where the proxy
 # does not serve it, from a source tree or git repository given as BURROW_SRC (its tag VERSION
 # is built, the dependencies still from the module proxy).
-# Both get the same settings: intervals BENCH_LAG_INTERVALS [5] (Burrow's storage intervals,
-# kroute's [lag] intervals), refresh BENCH_LAG_POLL_S seconds [1] (Burrow's offset-refresh and
-# topic-refresh, kroute's poll_interval_ms), allowed lag 0, min-distance 0. Burrow: kafka-version
+# Both get the same settings, by default both tools' defaults: intervals BENCH_LAG_INTERVALS [10]
+# (Burrow's storage intervals, kroute's [lag] intervals), refresh BENCH_LAG_POLL_S seconds [10]
+# (Burrow's offset-refresh and topic-refresh, kroute's poll_interval_ms), allowed lag 0,
+# min-distance 0. The scenarios' consumers connect through kroute (BENCH_LAG_CONSUMERS=kroute,
+# the default) or straight to the brokers (direct). Burrow: kafka-version
 # "4.0.0" (the highest its sarama knows), no ZooKeeper, no notifier, inmemory storage, caching
 # evaluator with expire-cache 1 s (default 10: its answers would be up to 10 s old), its
 # __consumer_offsets consumer starting at the latest offsets (start-latest: the run's own groups
 # only). kroute: [lag] enabled = true, cluster "local".
 #
 # Environment: BENCH_BUILD [1] (0: use target/release/kroute and the example as built),
-# BENCH_LAG_SCENARIOS (LAG_SCENARIOS of the example, default all), BENCH_LAG_TIMEOUT_S [90].
+# BENCH_LAG_SCENARIOS (LAG_SCENARIOS of the example, default all), BENCH_LAG_TIMEOUT_S [180].
 # Output and logs: target/burrow/run-<date>/ (burrow.toml, kroute.toml, logs, results.md).
 # Stops its Burrow and kroute on exit; leaves the topics (lagcmp-<pid>-*) it created.
 set -euo pipefail
@@ -28,9 +30,10 @@ REPO=$PWD
 
 BURROW_VERSION=${BURROW_VERSION:-v1.9.5}
 BUILD=${BENCH_BUILD:-1}
-INTERVALS=${BENCH_LAG_INTERVALS:-5}
-POLL_S=${BENCH_LAG_POLL_S:-1}
-TIMEOUT_S=${BENCH_LAG_TIMEOUT_S:-90}
+INTERVALS=${BENCH_LAG_INTERVALS:-10}
+POLL_S=${BENCH_LAG_POLL_S:-10}
+CONSUMERS=${BENCH_LAG_CONSUMERS:-kroute}
+TIMEOUT_S=${BENCH_LAG_TIMEOUT_S:-180}
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
 EXAMPLE_BIN=target/release/examples/lag_scenarios
 BURROW_BIN=$REPO/target/burrow/bin/burrow-$BURROW_VERSION
@@ -187,18 +190,18 @@ say "kroute ready (bootstrap 127.0.0.1:$KR_BOOT, admin 127.0.0.1:$KR_ADMIN), Bur
 sleep $((POLL_S * 3))
 
 started=$(date +%s)
-LAG_SCENARIOS=${BENCH_LAG_SCENARIOS:-} LAG_TIMEOUT_S=$TIMEOUT_S \
+LAG_SCENARIOS=${BENCH_LAG_SCENARIOS:-} LAG_TIMEOUT_S=$TIMEOUT_S LAG_CONSUMERS=$CONSUMERS \
   "$EXAMPLE_BIN" "127.0.0.1:$KR_BOOT" "127.0.0.1:$KR_ADMIN" "127.0.0.1:$BURROW_PORT" "$BOOTSTRAP" \
   >"$OUT/table.md" 2>"$OUT/scenarios.log" || { cat "$OUT/scenarios.log" >&2; die "the scenario driver failed"; }
 elapsed=$(($(date +%s) - started))
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "command: bench/burrow.sh${BENCH_LAG_SCENARIOS:+ (BENCH_LAG_SCENARIOS=\"$BENCH_LAG_SCENARIOS\")}"
+  echo "command: BENCH_LAG_CONSUMERS=$CONSUMERS bench/burrow.sh${BENCH_LAG_SCENARIOS:+ (BENCH_LAG_SCENARIOS=\"$BENCH_LAG_SCENARIOS\")}"
   echo "kroute: $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock examples/lag_scenarios.rs || echo ' + uncommitted changes')"
   echo "Burrow: $BURROW_VERSION ($(go version | awk '{print $3}'))"
   echo "Kafka: ${KROUTE_KAFKA_VERSION:-4.1.2}, cluster $BOOTSTRAP"
-  echo "settings: intervals $INTERVALS, refresh/poll ${POLL_S} s, allowed lag 0, min-distance 0, Burrow expire-cache 1 s"
+  echo "settings: intervals $INTERVALS, refresh/poll ${POLL_S} s, allowed lag 0, min-distance 0, Burrow expire-cache 1 s; consumers: $CONSUMERS"
   echo "scenarios took ${elapsed} s"
   echo
   cat "$OUT/table.md"

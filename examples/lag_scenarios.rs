@@ -6,9 +6,9 @@
 //! target/release/examples/lag_scenarios KROUTE_BOOTSTRAP KROUTE_ADMIN BURROW_HTTP CLUSTER_BOOTSTRAP
 //! ```
 //!
-//! Every scenario has its own one-partition topic and group. The consumers commit THROUGH kroute
-//! (KROUTE_BOOTSTRAP), so kroute sees each commit as it passes; Burrow reads the same commits
-//! from `__consumer_offsets`. The scenarios run in parallel threads; each one, once set up, polls
+//! Every scenario has its own one-partition topic and group. The consumers commit through kroute
+//! (KROUTE_BOOTSTRAP), or with LAG_CONSUMERS=direct straight to the brokers; both kroute and
+//! Burrow read the commits from `__consumer_offsets`. The scenarios run in parallel threads; each one, once set up, polls
 //! `/v3/kafka/local/consumer/<group>/status` on both (every 250 ms) until each has reached the
 //! expected verdict or the timeout, and records the first time each reached it (seconds after
 //! the scenario's last action), the statuses each showed on the way, and `/lag` at that moment
@@ -35,6 +35,9 @@ use serde_json::Value;
 #[derive(Clone)]
 struct Env {
     kroute_bootstrap: String,
+    /// Where the consumers connect: kroute (LAG_CONSUMERS=kroute, the default) or the brokers
+    /// themselves (LAG_CONSUMERS=direct: kroute only reads, as Burrow does).
+    consumers: String,
     kroute_admin: String,
     burrow: String,
     prefix: String,
@@ -70,8 +73,17 @@ fn main() {
         );
         std::process::exit(2);
     };
+    let consumers = match std::env::var("LAG_CONSUMERS").as_deref() {
+        Ok("direct") => cluster_bootstrap(),
+        Ok("kroute") | Err(_) => kroute_bootstrap.clone(),
+        Ok(other) => {
+            eprintln!("LAG_CONSUMERS must be kroute or direct, not {other}");
+            std::process::exit(2);
+        }
+    };
     let env = Env {
         kroute_bootstrap: kroute_bootstrap.clone(),
+        consumers,
         kroute_admin: kroute_admin.clone(),
         burrow: burrow.clone(),
         prefix: std::env::var("LAG_PREFIX")
@@ -183,7 +195,7 @@ fn keeps_up(env: &Env, name: &'static str, protocol: &str) -> Outcome {
 fn warn(env: &Env, name: &'static str) -> Outcome {
     let (topic, group) = names(env, name);
     create_topic(&topic);
-    let c = committer(&env.kroute_bootstrap, &group);
+    let c = committer(&env.consumers, &group);
     let mut end = 0;
     for round in 1..=5 {
         end += produce(env, &topic, 50);
@@ -204,7 +216,7 @@ fn warn(env: &Env, name: &'static str) -> Outcome {
 fn stop(env: &Env, name: &'static str) -> Outcome {
     let (topic, group) = names(env, name);
     create_topic(&topic);
-    let c = committer(&env.kroute_bootstrap, &group);
+    let c = committer(&env.consumers, &group);
     let end = produce(env, &topic, 100);
     wait_log_end_seen(env, &topic, end);
     for offset in [10, 20, 30] {
@@ -227,7 +239,7 @@ fn stall(env: &Env, name: &'static str, through_kroute: bool) -> Outcome {
     let (topic, group) = names(env, name);
     create_topic(&topic);
     let bootstrap = if through_kroute {
-        env.kroute_bootstrap.clone()
+        env.consumers.clone()
     } else {
         cluster_bootstrap()
     };
@@ -257,7 +269,7 @@ fn stall(env: &Env, name: &'static str, through_kroute: bool) -> Outcome {
 fn rewind(env: &Env, name: &'static str) -> Outcome {
     let (topic, group) = names(env, name);
     create_topic(&topic);
-    let c = committer(&env.kroute_bootstrap, &group);
+    let c = committer(&env.consumers, &group);
     let end = produce(env, &topic, 100);
     wait_log_end_seen(env, &topic, end);
     for offset in [40, 60, 80] {
@@ -271,7 +283,7 @@ fn rewind(env: &Env, name: &'static str) -> Outcome {
             "tool",
             "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
             "--bootstrap-server",
-            &env.kroute_bootstrap,
+            &env.consumers,
             "--group",
             &group,
             "--topic",
@@ -310,7 +322,7 @@ fn warn_fast(env: &Env, name: &'static str) -> Outcome {
     let committing = {
         let (stop, bootstrap, topic, group) = (
             stop.clone(),
-            env.kroute_bootstrap.clone(),
+            env.consumers.clone(),
             topic.clone(),
             group.clone(),
         );
@@ -351,7 +363,7 @@ fn stop_caught_up(env: &Env, name: &'static str) -> Outcome {
     wait_log_end_seen(env, &topic, 0);
     let stop = Arc::new(AtomicBool::new(false));
     let producer = steady_producer_at(env, &topic, 50, stop.clone());
-    let c = committer(&env.kroute_bootstrap, &group);
+    let c = committer(&env.consumers, &group);
     for _ in 0..5 {
         let (_, high) = c
             .fetch_watermarks(&topic, 0, Duration::from_secs(10))
@@ -727,7 +739,7 @@ fn group_consumer(
 ) -> JoinHandle<()> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", &env.kroute_bootstrap)
+        .set("bootstrap.servers", &env.consumers)
         .set("group.id", group)
         .set("client.id", client_id)
         .set("group.protocol", protocol)

@@ -1,8 +1,8 @@
 //! `[lag]`: which consumer groups kroute watches, how often, and how it judges them.
 //!
 //! Off by default: watching lag costs a few requests per broker and poll, and kroute's main job
-//! is the data path. The defaults are Burrow's where Burrow has one (seed 002 uses 15
-//! intervals), so a Burrow user's thresholds mean the same here.
+//! is the data path. The defaults are Burrow's where Burrow has one (10 intervals; seed 002's
+//! example uses 15), so a Burrow user's thresholds mean the same here.
 
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +77,7 @@ fn default_offsets_log() -> bool {
     true
 }
 fn default_intervals() -> usize {
-    15
+    10
 }
 fn default_max_groups() -> usize {
     1_000
@@ -182,7 +182,8 @@ mod tests {
     fn defaults_are_burrows_and_watch_every_group() {
         let config = LagConfig::default();
         assert!(!config.enabled);
-        assert_eq!(config.intervals, 15);
+        assert_eq!(config.intervals, 10);
+        assert!(config.offsets_log);
         assert!(config.watches("orders-consumer"));
         assert_eq!(config.validate(), Ok(()));
     }

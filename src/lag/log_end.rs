@@ -4,7 +4,7 @@
 //! - Burrow keeps the last `intervals` log-end offsets exactly as polled (its broker-offset
 //!   ring). The newest gives the current lag; all of them answer "was the consumer caught up
 //!   recently?", which holds back STOP for a consumer that simply had nothing to read (Burrow
-//!   #303). With a 10 s poll and 15 intervals that is the last 2.5 minutes.
+//!   #303). With a 10 s poll and 10 intervals that is the last 100 s.
 //! - The time-lag table ([`OffsetTimeTable`]) keeps a longer, compressed history to turn an
 //!   offset into a time.
 //!
@@ -69,6 +69,18 @@ impl LogEnd {
         self.recent.back().copied()
     }
 
+    /// The newest reading taken at or before `timestamp_ms`: what was known of the log end when
+    /// something happened then. A commit's lag is measured against it, as Burrow measures a
+    /// commit against the log end it knew when the commit arrived; a reading taken after the
+    /// commit would show a consumer that was caught up as behind.
+    pub fn known_at(&self, timestamp_ms: i64) -> Option<EndOffset> {
+        self.recent
+            .iter()
+            .rev()
+            .find(|e| e.timestamp_ms <= timestamp_ms)
+            .copied()
+    }
+
     /// The last `intervals` readings, oldest first.
     pub fn recent(&self) -> impl Iterator<Item = &EndOffset> {
         self.recent.iter()
@@ -100,6 +112,17 @@ mod tests {
         assert_eq!(recent, [200, 300]);
         assert_eq!(log_end.latest().map(|e| e.offset), Some(300));
         assert_eq!(log_end.table().len(), 3);
+    }
+
+    #[test]
+    fn known_at_is_the_newest_reading_not_after_the_moment() {
+        let mut log_end = LogEnd::new(5, 10);
+        log_end.record(100, 1_000);
+        log_end.record(200, 2_000);
+        assert_eq!(log_end.known_at(999), None);
+        assert_eq!(log_end.known_at(1_000).map(|e| e.offset), Some(100));
+        assert_eq!(log_end.known_at(1_999).map(|e| e.offset), Some(100));
+        assert_eq!(log_end.known_at(5_000).map(|e| e.offset), Some(200));
     }
 
     #[test]

@@ -153,7 +153,8 @@ impl LagStore {
     }
 
     /// Records a commit of `group` learnt at `now_ms`, with its lag against the newest log end
-    /// known. Polled and observed commits are ignored while commits come from the log.
+    /// read by the commit's time. Polled and observed commits are ignored while commits come
+    /// from the log.
     pub fn record_commit(
         &self,
         group: &str,
@@ -171,10 +172,14 @@ impl LagStore {
         let mut guard = self.lock();
         let state = &mut *guard;
         let key = (topic.to_owned(), partition);
+        let timestamp_ms = match source {
+            Source::Logged { timestamp_ms } => timestamp_ms,
+            Source::Polled { .. } | Source::Observed => now_ms,
+        };
         let log_end = state
             .log_ends
             .get(&key)
-            .and_then(LogEnd::latest)
+            .and_then(|end| end.known_at(timestamp_ms))
             .map(|e| e.offset);
         let is_new = !state
             .groups
@@ -204,10 +209,6 @@ impl LagStore {
         {
             return;
         }
-        let timestamp_ms = match source {
-            Source::Logged { timestamp_ms } => timestamp_ms,
-            Source::Polled { .. } | Source::Observed => now_ms,
-        };
         let commit = Commit {
             offset,
             timestamp_ms,
@@ -362,7 +363,7 @@ mod tests {
         s.record_commit("g", ("t", 0), 40, 1_100, Source::Polled { asked_ms: 900 });
         let status = s.status("g", 1_200).unwrap();
         assert_eq!(status.partitions[0].end.map(|c| c.offset), Some(50));
-        assert_eq!(status.partitions[0].complete, 1.0 / 15.0);
+        assert_eq!(status.partitions[0].complete, 1.0 / 10.0);
     }
 
     #[test]
