@@ -289,6 +289,42 @@ fn reset_to_earliest_is_rewind(k: &Kroute) {
     assert_eq!(v["status"]["partitions"][0]["end"]["offset"], 0, "{v}");
 }
 
+/// Burrow's topic endpoints, which Telegraf's burrow input reads next to the consumer ones:
+/// every topic of the cluster, and a topic's log-end offsets by partition.
+#[test]
+fn burrows_topic_endpoints_list_every_topic_with_its_log_ends() {
+    let k = lag_kroute();
+    let topic = unique("lag-topic-");
+    create_topic(&topic, 3, &[]);
+    let how = Produce {
+        partition: Some(1),
+        ..Produce::default()
+    };
+    assert_eq!(produce(&k.bootstrap, &topic, 7, how).len(), 7);
+    polls_pass(&k, 2);
+    let get = |path: &str| {
+        let (code, body) = http_get(&k.admin, path).expect("admin endpoint answers");
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}"));
+        (code, v)
+    };
+    let (code, list) = get("/v3/kafka/local/topic");
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["message"], "topic list returned");
+    let topics = list["topics"].as_array().expect("topics");
+    assert!(topics.iter().any(|t| t == topic.as_str()), "{list}");
+    let (code, detail) = get(&format!("/v3/kafka/local/topic/{topic}"));
+    assert_eq!(code, 200, "{detail}");
+    assert_eq!(detail["error"], false);
+    assert_eq!(detail["message"], "topic offsets returned");
+    assert_eq!(detail["offsets"], serde_json::json!([0, 7, 0]), "{detail}");
+    // Burrow's answers for what it does not know.
+    let (code, missing) = get("/v3/kafka/local/topic/no-such-topic-anywhere");
+    assert_eq!((code, &missing["error"]), (404, &Value::Bool(true)));
+    assert_eq!(missing["message"], "cluster or topic not found");
+    assert_eq!(get("/v3/kafka/elsewhere/topic").0, 404);
+    k.assert_clean_logs(&[]);
+}
+
 #[test]
 fn an_unknown_group_is_404_notfound_and_the_cluster_is_listed() {
     let k = lag_kroute();

@@ -6,7 +6,8 @@
 //! 1. ListGroups on every broker: each lists the groups it coordinates;
 //! 2. on each coordinator, for its watched groups: DescribeGroups (classic groups) or
 //!    ConsumerGroupDescribe (KIP-848 groups) for the owners, and OffsetFetch for the commits;
-//! 3. Metadata for the topics committed to, then ListOffsets on each partition's leader;
+//! 3. Metadata for every topic, then ListOffsets on each partition's leader (Burrow's topic
+//!    endpoints list every topic's log ends; the windows use the committed partitions');
 //! 4. the log ends are recorded first, then the commits, so a commit's lag is taken against a
 //!    log end read after it (never one older than the commit, which would flatter a consumer).
 //!
@@ -108,7 +109,7 @@ async fn poll_once(proxy: &Proxy, lag: &LagStore) -> Vec<String> {
     }
     let mut read: BTreeSet<TopicPartition> = lag.partitions_read();
     read.extend(commits.values().flatten().map(|(tp, _)| tp.clone()));
-    let log_ends = match read_log_ends(proxy, lag, &brokers, &read).await {
+    let log_ends = match read_log_ends(proxy, lag, &brokers).await {
         Ok((ends, failed)) => {
             errors.extend(failed);
             ends
@@ -119,8 +120,15 @@ async fn poll_once(proxy: &Proxy, lag: &LagStore) -> Vec<String> {
         }
     };
     let now = now_ms();
+    let mut topics: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for ((topic, partition), offset) in log_ends {
-        lag.record_log_end((&topic, partition), offset, now);
+        if read.contains(&(topic.clone(), partition)) {
+            lag.record_log_end((&topic, partition), offset, now);
+        }
+        topic_offset(&mut topics, topic, partition, offset);
+    }
+    if !topics.is_empty() {
+        lag.set_topic_offsets(topics);
     }
     for (group, owned) in owners {
         if !lag.listed(&group, owned, now) {
@@ -167,28 +175,35 @@ async fn read_groups(
     Ok(())
 }
 
-/// The log ends of `partitions`, read from their leaders; also teaches the store topic ids.
-/// Returns the readings and the leaders that failed.
+/// Puts a partition's log end into its topic's list (Burrow's `offsets`: one per partition, by
+/// partition number; -1 for a partition not read).
+fn topic_offset(topics: &mut BTreeMap<String, Vec<i64>>, topic: String, partition: i32, end: i64) {
+    let Ok(index) = usize::try_from(partition) else {
+        return;
+    };
+    let offsets = topics.entry(topic).or_default();
+    if offsets.len() <= index {
+        offsets.resize(index + 1, -1);
+    }
+    offsets[index] = end;
+}
+
+/// The log ends of every partition of every topic, read from their leaders (as Burrow reads
+/// them: its topic endpoints list them all); also teaches the store topic ids. Returns the
+/// readings and the leaders that failed.
 async fn read_log_ends(
     proxy: &Proxy,
     lag: &LagStore,
     brokers: &[String],
-    partitions: &BTreeSet<TopicPartition>,
 ) -> anyhow::Result<(Vec<(TopicPartition, i64)>, Vec<String>)> {
-    if partitions.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let topics: BTreeSet<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
     let first = brokers
         .first()
         .ok_or_else(|| anyhow::anyhow!("no broker known"))?;
-    let found = poll::leaders(&proxy.ask(first), &topics).await?;
+    let found = poll::all_leaders(&proxy.ask(first)).await?;
     lag.learn_topic_ids(found.topic_ids);
     let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
-    for tp in partitions {
-        if let Some(leader) = found.leaders.get(tp) {
-            by_leader.entry(*leader).or_default().push(tp.clone());
-        }
+    for (tp, leader) in found.leaders {
+        by_leader.entry(leader).or_default().push(tp);
     }
     let (mut ends, mut failed) = (Vec::new(), Vec::new());
     for (leader, tps) in by_leader {

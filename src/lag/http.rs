@@ -6,7 +6,9 @@
 //! - `GET /v3/kafka/{cluster}/consumer`: the tracked groups;
 //! - `GET /v3/kafka/{cluster}/consumer/{group}/status`: the verdict, with the partitions that
 //!   are not OK;
-//! - `GET /v3/kafka/{cluster}/consumer/{group}/lag`: the verdict with every partition.
+//! - `GET /v3/kafka/{cluster}/consumer/{group}/lag`: the verdict with every partition;
+//! - `GET /v3/kafka/{cluster}/topic`: every topic of the cluster;
+//! - `GET /v3/kafka/{cluster}/topic/{topic}`: the topic's log-end offsets, by partition.
 //!
 //! Shapes and messages are Burrow 1.9's (`core/protocol/evaluator.go`, `httpserver/`). An
 //! unknown group is Burrow's 404 with `"error":false` and a NOTFOUND status; an unknown cluster
@@ -35,6 +37,8 @@ pub fn routes<S>(lag: Arc<LagStore>) -> Router<S> {
         .route("/v3/kafka/{cluster}/consumer", get(consumers))
         .route("/v3/kafka/{cluster}/consumer/{group}/status", get(status))
         .route("/v3/kafka/{cluster}/consumer/{group}/lag", get(lag_detail))
+        .route("/v3/kafka/{cluster}/topic", get(topics))
+        .route("/v3/kafka/{cluster}/topic/{topic}", get(topic_detail))
         .with_state(lag)
 }
 
@@ -75,6 +79,37 @@ async fn consumers(
         "error": false,
         "message": "consumer list returned",
         "consumers": lag.groups(),
+    });
+    reply(StatusCode::OK, body, uri.path())
+}
+
+async fn topics(State(lag): State<Arc<LagStore>>, Path(name): Path<String>, uri: Uri) -> Response {
+    if name != lag.config().cluster {
+        return not_found("cluster not found", uri.path());
+    }
+    let body = json!({
+        "error": false,
+        "message": "topic list returned",
+        "topics": lag.topics(),
+    });
+    reply(StatusCode::OK, body, uri.path())
+}
+
+async fn topic_detail(
+    State(lag): State<Arc<LagStore>>,
+    Path((name, topic)): Path<(String, String)>,
+    uri: Uri,
+) -> Response {
+    let offsets = (name == lag.config().cluster)
+        .then(|| lag.topic_offsets(&topic))
+        .flatten();
+    let Some(offsets) = offsets else {
+        return not_found("cluster or topic not found", uri.path());
+    };
+    let body = json!({
+        "error": false,
+        "message": "topic offsets returned",
+        "offsets": offsets,
     });
     reply(StatusCode::OK, body, uri.path())
 }

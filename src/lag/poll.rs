@@ -242,12 +242,28 @@ pub struct Leaders {
 }
 
 pub async fn leaders(ask: &Ask<'_>, topics: &BTreeSet<String>) -> anyhow::Result<Leaders> {
-    let request = MetadataRequest::default().with_topics(Some(
-        topics
-            .iter()
-            .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
-            .collect(),
-    ));
+    leaders_of(
+        ask,
+        Some(
+            topics
+                .iter()
+                .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+                .collect(),
+        ),
+    )
+    .await
+}
+
+/// Where every partition of every topic is led (what Burrow's topic endpoints list).
+pub async fn all_leaders(ask: &Ask<'_>) -> anyhow::Result<Leaders> {
+    leaders_of(ask, None).await
+}
+
+async fn leaders_of(
+    ask: &Ask<'_>,
+    topics: Option<Vec<MetadataRequestTopic>>,
+) -> anyhow::Result<Leaders> {
+    let request = MetadataRequest::default().with_topics(topics);
     let response: MetadataResponse =
         exchange(ask, ApiKey::Metadata, METADATA_VERSIONS, &request).await?;
     let mut out = Leaders {

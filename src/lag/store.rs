@@ -67,6 +67,8 @@ struct State {
     groups: BTreeMap<String, Group>,
     log_ends: HashMap<TopicPartition, LogEnd>,
     topic_ids: HashMap<[u8; 16], String>,
+    /// Every topic's log ends by partition, from the last poll (Burrow's topic endpoints).
+    topic_offsets: BTreeMap<String, Vec<i64>>,
     partitions: usize,
     groups_refused: u64,
     partitions_refused: u64,
@@ -111,6 +113,21 @@ impl LagStore {
             .entry(key)
             .or_insert_with(|| LogEnd::new(intervals, points))
             .record(offset, now_ms);
+    }
+
+    /// Every topic's log ends by partition, as the last poll read them.
+    pub fn set_topic_offsets(&self, topics: BTreeMap<String, Vec<i64>>) {
+        self.lock().topic_offsets = topics;
+    }
+
+    /// The topics of the last poll, sorted.
+    pub fn topics(&self) -> Vec<String> {
+        self.lock().topic_offsets.keys().cloned().collect()
+    }
+
+    /// A topic's log ends by partition; `None` for a topic the last poll did not see.
+    pub fn topic_offsets(&self, topic: &str) -> Option<Vec<i64>> {
+        self.lock().topic_offsets.get(topic).cloned()
     }
 
     /// Remembers the names of topic ids (OffsetCommit v10 names topics by id).
