@@ -133,6 +133,7 @@ fn main() {
     );
     print_table(&outcomes);
     print_group_lists(&env);
+    print_topic_offsets(&env);
 }
 
 fn run(env: &Env, name: &'static str) -> Outcome {
@@ -602,6 +603,60 @@ fn print_group_lists(env: &Env) {
         only_burrow,
         only_kroute.len(),
         only_kroute.iter().take(10).collect::<Vec<_>>()
+    );
+}
+
+/// Burrow's topic endpoints on both: the run's topics in each list, and each one's offsets
+/// (`/v3/kafka/local/topic/<topic>`) compared. The producers have stopped, but each tool shows
+/// the log ends of its last refresh, so both are read again until they agree or 3 refreshes
+/// pass.
+fn print_topic_offsets(env: &Env) {
+    let ours = |base: &str| -> BTreeSet<String> {
+        let (_, v) = get(base, "/v3/kafka/local/topic");
+        v["topics"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_str())
+                    .filter(|t| t.starts_with(&env.prefix))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (k, b) = (ours(&env.kroute_admin), ours(&env.burrow));
+    let mut differ = Vec::new();
+    for topic in k.intersection(&b) {
+        let path = format!("/v3/kafka/local/topic/{topic}");
+        let deadline = Instant::now() + Duration::from_secs(35);
+        loop {
+            let (kc, kv) = get(&env.kroute_admin, &path);
+            let (bc, bv) = get(&env.burrow, &path);
+            if (kc, &kv["offsets"]) == (bc, &bv["offsets"]) {
+                break;
+            }
+            if Instant::now() > deadline {
+                differ.push(format!(
+                    "{topic}: kroute {kc} {} / Burrow {bc} {}",
+                    kv["offsets"], bv["offsets"]
+                ));
+                break;
+            }
+            thread::sleep(Duration::from_secs(1));
+        }
+    }
+    println!();
+    println!(
+        "Topic endpoints: the run's topics listed by kroute {}, by Burrow {}; offsets compared for {}, equal for {}{}",
+        k.len(),
+        b.len(),
+        k.intersection(&b).count(),
+        k.intersection(&b).count() - differ.len(),
+        if differ.is_empty() {
+            String::new()
+        } else {
+            format!("; different: {differ:?}")
+        }
     );
 }
 

@@ -10,6 +10,10 @@
 #                                      command runs one old ZooKeeper version this way); no doc,
 #                                      and without the capabilities slow to set up (SLOW_SETUP)
 #   scripts/matrix.sh --doc            regenerate the doc from the results at hand
+#   MATRIX_ONLY=REGEX scripts/matrix.sh [CONFIG...]
+#                                      run only the capabilities whose names match REGEX (e.g.
+#                                      '^Lag' after a change to the lag code) and replace just
+#                                      those rows in each config's results
 #
 # CONFIG is a broker config VERSION:METADATA (e.g. 3.9.1:zookeeper or 4.4.0:kraft: every
 # capability, the Java client of the default version), or a client config java-VERSION[@BROKER]
@@ -90,6 +94,7 @@ capabilities_of() { # CONFIG: its capability lines, one per line
   for line in "${CAPABILITIES[@]}"; do
     [[ $1 == java-* && ${line%%|*} =~ $NOT_JAVA ]] && continue
     [[ $CHECK = 1 && ${line%%|*} =~ $SLOW_SETUP ]] && continue
+    [[ -z ${MATRIX_ONLY:-} || ${line%%|*} =~ $MATRIX_ONLY ]] || continue
     echo "$line"
   done
 }
@@ -151,6 +156,12 @@ run_config() { # CONFIG: start its cluster, run its capabilities, stop it; resul
       awk -F'\t' -v c="$config" '{ printf "matrix.sh: %s: %s: %s %s\n", c, $1, $2, $3 }' >&2
   done < <(capabilities_of "$config")
   scripts/cluster.sh stop >/dev/null 2>&1 || true
+  if [ -n "${MATRIX_ONLY:-}" ] && [ -f "$OUT/results/$config.tsv" ] &&
+      ! grep -qP '^cluster\tfail' "$OUT/results/$config.tsv"; then
+    # Keep the rows not run now from the config's last results.
+    awk -F'\t' 'NR == FNR { fresh[$1] = 1; next } !($1 in fresh)' \
+      "$OUT/results/$config.tsv.part" "$OUT/results/$config.tsv" >>"$OUT/results/$config.tsv.part"
+  fi
   mv -f "$OUT/results/$config.tsv.part" "$OUT/results/$config.tsv"
   grep -qP '\tfail\t' "$OUT/results/$config.tsv" && failed=1
   say "$config: done in $((SECONDS - started)) s"

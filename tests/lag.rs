@@ -179,6 +179,9 @@ fn a_consumer_that_stops_with_lag_is_stop_and_the_group_err() {
             let (_, v) = burrow(&k, &group, "lag");
             let answered = wall_ms();
             let p = &v["status"]["partitions"][0];
+            if p["end"]["offset"] != 30 {
+                return None; // the last commit is not read from the log yet
+            }
             let times = [&p["start"], &p["end"]].map(|c| c["timestamp"].as_i64());
             let [Some(oldest), Some(newest)] = times else {
                 panic!("no commit times: {v}");
