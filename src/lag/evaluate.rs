@@ -29,7 +29,7 @@
 //! the fraction of its partitions with a full window; `maxlag` is the first partition with the
 //! largest current lag; `totallag` the sum of the current lags.
 
-use super::log_end::LogEnd;
+use super::log_end::{EndOffset, LogEnd};
 use super::status::Status;
 use super::time_lag::TimeLag;
 use super::window::{CommitEntry, CommitWindow, lag_between};
@@ -173,13 +173,17 @@ pub fn evaluate_partition(
     let current_lag = current_lag(input.commits, input.log_end);
     let complete = input.commits.complete();
     let status = if !commits.is_empty() && complete >= params.minimum_complete {
-        let recent = input.log_end.into_iter().flat_map(|l| l.recent());
-        let recent = recent.map(|end| end.offset);
+        let now_ms = whole_seconds(now_ms);
+        let recent: Vec<EndOffset> = input
+            .log_end
+            .into_iter()
+            .flat_map(|l| l.recent().copied())
+            .collect();
         judge(
             commits,
-            recent,
+            stop_guards(&recent, commits, now_ms),
             current_lag,
-            whole_seconds(now_ms),
+            now_ms,
             params.allowed_lag,
         )
     } else {
@@ -226,6 +230,9 @@ fn judge(
     if current_lag <= allowed_lag {
         return Status::Ok;
     }
+    if let [only] = commits {
+        return first_commit(only, now_ms);
+    }
     if stopped(commits, now_ms) && !recently_caught_up(newest.offset, recent) {
         return Status::Stop;
     }
@@ -241,6 +248,24 @@ fn judge(
         }
     }
     Status::Ok
+}
+
+/// How long a group that committed once, with lag, may stay silent before it is STOP.
+pub const FIRST_COMMIT_GRACE_MS: i64 = 60_000;
+
+/// A window of one commit says nothing of the consumer's pace, and Burrow's rules on it are
+/// vacuous: it spans 0 s, so any silence is "longer than the window" (STOP a second after the
+/// commit), and one offset is "always the same" (STALL). Every consumer that starts with a
+/// backlog and commits every 5 s (the Java, librdkafka and kafka-python default) would page its
+/// owner for the 5 s before its second commit. Here it is OK until
+/// [`FIRST_COMMIT_GRACE_MS`] of silence (longer than the commit interval of any common client;
+/// Kafka Streams' default is 30 s), then STOP.
+fn first_commit(only: &CommitEntry, now_ms: i64) -> Status {
+    if now_ms.saturating_sub(only.timestamp_ms) > FIRST_COMMIT_GRACE_MS {
+        Status::Stop
+    } else {
+        Status::Ok
+    }
 }
 
 /// Some commits have a known lag, and none at or below `allowed_lag` (Burrow's
@@ -291,6 +316,31 @@ fn stalled(commits: &[CommitEntry]) -> bool {
 fn lag_never_decreased(commits: &[CommitEntry]) -> bool {
     let lags: Vec<u64> = commits.iter().filter_map(|c| c.lag).collect();
     lags.windows(2).all(|pair| pair[1] >= pair[0])
+}
+
+/// The offsets of the log-end readings that may hold STOP back ([`recently_caught_up`]).
+///
+/// Burrow holds STOP back while any of the last `intervals` readings was at or below the newest
+/// commit (#303: a consumer with nothing to read need not commit). At its defaults that is up to
+/// 100 s after a caught-up consumer stopped while its topic went on growing. Here a caught-up
+/// reading holds STOP back only until the first later reading that showed records to read is
+/// older than the window spans: from then on the consumer had work and did not commit for longer
+/// than its window, which is what STOP means.
+fn stop_guards(recent: &[EndOffset], commits: &[CommitEntry], now_ms: i64) -> Vec<i64> {
+    let offsets = || recent.iter().map(|e| e.offset).collect();
+    let (Some(oldest), Some(newest)) = (commits.first(), commits.last()) else {
+        return offsets();
+    };
+    let Some(caught_up) = recent.iter().rposition(|e| e.offset <= newest.offset) else {
+        return offsets();
+    };
+    let span = newest.timestamp_ms.saturating_sub(oldest.timestamp_ms);
+    match recent.get(caught_up + 1) {
+        Some(work) if now_ms.saturating_sub(work.timestamp_ms.max(newest.timestamp_ms)) > span => {
+            recent[caught_up + 1..].iter().map(|e| e.offset).collect()
+        }
+        _ => offsets(),
+    }
 }
 
 /// A recent log-end reading was at or below the newest commit: the consumer was caught up

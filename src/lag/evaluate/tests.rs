@@ -368,23 +368,21 @@ fn now_is_cut_to_whole_seconds_as_in_burrow() {
 }
 
 #[test]
-fn a_single_commit_with_lag_stalls_at_once_and_stops_a_second_later() {
-    // Burrow's rules on a window of one: it spans 0 s, so any silence is longer than it, and
-    // "every offset is the same" holds for one offset.
+fn a_single_commit_with_lag_is_ok_until_a_minute_of_silence() {
+    // Burrow's rules on a window of one are vacuous (it spans 0 s; one offset is "always the
+    // same"): Burrow says STALL at once and STOP a second later. kroute waits for a pace.
     let commits = window(10, &[entry(100, 10_000, Some(50))]);
     let log_end = log_end_at(&[(150, 9_000)]);
     let params = Params::default();
-    assert_eq!(
-        status_at(&commits, &log_end, &params, 10_999),
-        Status::Stall
-    );
-    assert_eq!(status_at(&commits, &log_end, &params, 11_000), Status::Stop);
-    // A log end at the commit a moment ago holds STOP back.
-    let log_end = log_end_at(&[(100, 8_000), (150, 9_000)]);
-    assert_eq!(
-        status_at(&commits, &log_end, &params, 11_000),
-        Status::Stall
-    );
+    for now in [10_999, 11_000, 10_000 + FIRST_COMMIT_GRACE_MS] {
+        assert_eq!(
+            status_at(&commits, &log_end, &params, now),
+            Status::Ok,
+            "{now}"
+        );
+    }
+    let late = 10_000 + FIRST_COMMIT_GRACE_MS + 1_000;
+    assert_eq!(status_at(&commits, &log_end, &params, late), Status::Stop);
 }
 
 #[test]
@@ -802,4 +800,64 @@ mod properties {
             }
         }
     }
+}
+
+fn reading(offset: i64, timestamp_ms: i64) -> EndOffset {
+    EndOffset {
+        offset,
+        timestamp_ms,
+    }
+}
+
+#[test]
+fn a_caught_up_reading_holds_stop_back_only_until_new_records_wait_longer_than_the_window() {
+    // Commits at the log end once a second (1..5 s), then none while the topic grows: read
+    // caught up at 5 s, with records to read from 10 s on. The window spans 4 s.
+    let commits = spaced(
+        1_000,
+        &[
+            (100, Some(0)),
+            (200, Some(0)),
+            (300, Some(0)),
+            (400, Some(0)),
+            (500, Some(0)),
+        ],
+    );
+    let recent = [
+        reading(400, 4_000),
+        reading(500, 5_000),
+        reading(900, 10_000),
+        reading(1400, 20_000),
+    ];
+    // 14 s: new records waited 4 s (not longer than the span): still held back, as in Burrow.
+    assert_eq!(
+        stop_guards(&recent, &commits, 14_000),
+        [400, 500, 900, 1400]
+    );
+    assert_eq!(
+        judge(
+            &commits,
+            stop_guards(&recent, &commits, 14_000),
+            900,
+            14_000,
+            0
+        ),
+        Status::Ok
+    );
+    // 15 s: they waited 5 s: the caught-up readings no longer count, and the silence (10 s)
+    // is longer than the span: STOP (Burrow would wait until those readings age out).
+    assert_eq!(stop_guards(&recent, &commits, 15_000), [900, 1400]);
+    assert_eq!(
+        judge(
+            &commits,
+            stop_guards(&recent, &commits, 15_000),
+            900,
+            15_000,
+            0
+        ),
+        Status::Stop
+    );
+    // Still caught up at the newest reading (an idle topic): always held back.
+    let idle = [reading(500, 5_000), reading(500, 60_000)];
+    assert_eq!(stop_guards(&idle, &commits, 600_000), [500, 500]);
 }
