@@ -542,6 +542,20 @@ pub fn kafka_version() -> (u32, u32) {
     }
 }
 
+/// The version of the Java test client the tests run (`KROUTE_JAVA_CLIENT_VERSION`, else the
+/// cluster script's default version; tests/java/build.sh picks the same) as (major, minor).
+pub fn java_client_version() -> (u32, u32) {
+    let version = std::env::var("KROUTE_JAVA_CLIENT_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty() && v != "default")
+        .unwrap_or_else(|| cluster(&["default-version"]).trim().to_string());
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => panic!("cannot read the Java client version from '{version}'"),
+    }
+}
+
 pub fn cluster(args: &[&str]) -> String {
     let out = Command::new(repo_root().join("scripts/cluster.sh"))
         .args(args)
