@@ -121,7 +121,6 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
-import org.apache.kafka.common.utils.AppInfoParser;
 
 public final class KrouteClient {
 
@@ -645,9 +644,19 @@ public final class KrouteClient {
         return future.get().get(topic);
     }
 
-    /** The major version of the kafka-clients jar this runs with (e.g. 2 for 2.8.2). */
+    /**
+     * The major version of the kafka-clients jar this runs with (e.g. 2 for 2.8.2), from the
+     * version file every kafka-clients jar carries (AppInfoParser, which reads it, moved to an
+     * internals package in 4.4).
+     */
     static int clientMajor() {
-        String version = AppInfoParser.getVersion();
+        Properties p = new Properties();
+        try (java.io.InputStream in = KafkaProducer.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            if (in != null) p.load(in);
+        } catch (java.io.IOException e) {
+            throw new IllegalStateException("cannot read kafka/kafka-version.properties", e);
+        }
+        String version = p.getProperty("version", "");
         try {
             return Integer.parseInt(version.substring(0, version.indexOf('.')));
         } catch (RuntimeException e) {
