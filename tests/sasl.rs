@@ -567,18 +567,15 @@ fn an_old_protocol_client_authenticates_with_raw_tokens_and_its_batches_move() {
     let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
     let topic = unique("sasl-old");
     create_topic(&topic, 6, &[]);
-    let run = common::producers::old_kafka_python_with(
-        &kroute.bootstrap,
-        &topic,
-        600,
-        1000,
-        "old-",
+    let run = common::producers::kafka_python_in(
+        common::producers::OLD_KAFKA_PYTHON,
         &[
             "--sasl",
             "SCRAM-SHA-512:alice:alice-secret",
             "--api-version",
             "0.11",
         ],
+        (&kroute.bootstrap, &topic, 600, 1000, "old-"),
     );
     run.assert_ok();
     let acked = run.acks();

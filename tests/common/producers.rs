@@ -41,27 +41,36 @@ pub fn kafka_python_with(
     prefix: &str,
     more: &[&str],
 ) -> JavaRun {
-    python(
-        "target/python",
+    kafka_python_in(
+        KAFKA_PYTHON,
         more,
         (bootstrap, topic, count, per_second, prefix),
     )
 }
 
-/// [`kafka_python_with`] on kafka-python 2.0.2, an old-protocol client: it authenticates with
-/// SaslHandshake v0 and raw tokens (before KIP-152), and with `--api-version 0.11` produces
-/// with Produce v3. Its defaults: acks=1, no retries, not idempotent.
-pub fn old_kafka_python_with(
-    bootstrap: &str,
-    topic: &str,
-    count: u32,
-    per_second: u32,
-    prefix: &str,
+/// kafka-python 3.x, today's client.
+pub const KAFKA_PYTHON: &str = "target/python";
+
+/// kafka-python 2.0.2, an old-protocol client: it authenticates with SaslHandshake v0 and raw
+/// tokens (before KIP-152), and with `--api-version 0.11` produces with Produce v3. Its
+/// defaults: acks=1, no retries, not idempotent.
+pub const OLD_KAFKA_PYTHON: &str = "target/python-old";
+
+/// tests/python/producer.py in the pinned virtualenv `venv` ([`KAFKA_PYTHON`],
+/// [`OLD_KAFKA_PYTHON`]; set up by tests/python/setup.sh) with more arguments: `count` 1 KiB
+/// records to `topic`, at most `per_second` a second, ids `<prefix><n>`.
+pub fn kafka_python_in(
+    venv: &str,
     more: &[&str],
+    (bootstrap, topic, count, per_second, prefix): (&str, &str, u32, u32, &str),
 ) -> JavaRun {
-    python(
-        "target/python-old",
-        more,
+    let mut command = Command::new(repo_root().join(venv).join("bin/python3"));
+    command
+        .arg(repo_root().join("tests/python/producer.py"))
+        .args(more);
+    run(
+        "kafka-python",
+        command,
         (bootstrap, topic, count, per_second, prefix),
     )
 }
@@ -92,16 +101,6 @@ pub fn librdkafka_1_9(
         command,
         (bootstrap, topic, count, per_second, prefix),
     )
-}
-
-/// tests/python/producer.py in one of the pinned virtualenvs scripts/test.sh sets up
-/// (tests/python/setup.sh).
-fn python(venv: &str, more: &[&str], what: (&str, &str, u32, u32, &str)) -> JavaRun {
-    let mut command = Command::new(repo_root().join(venv).join("bin/python3"));
-    command
-        .arg(repo_root().join("tests/python/producer.py"))
-        .args(more);
-    run("kafka-python", command, what)
 }
 
 fn run(
