@@ -189,7 +189,7 @@ table() { # CONFIG...: capability rows x config columns (the first config's capa
     printf '| %s |' "${line%%|*}"
     for config in "$@"; do printf ' %s |' "$(cell_of "$config" "${line%%|*}")"; done
     echo
-  done < <(capabilities_of "$1")
+  done < <(MATRIX_ONLY='' capabilities_of "$1") # every row, whatever this run was limited to
 }
 
 write_doc() { # both tables from every config's latest results
