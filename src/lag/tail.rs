@@ -12,7 +12,8 @@
 //! records are decoded in [`super::commit_log`] and handed to the [`LagStore`], which from the
 //! first round that read on takes its commits from here only ([`LagStore::commits_from_log`]).
 //! Leaders are asked again after any error. A cluster that refuses kroute the topic (an ACL on
-//! `__consumer_offsets`) is logged once, and the collector's polled commits stand in.
+//! `__consumer_offsets`) is logged once, and the collector's polled commits stand in; so they do
+//! after [`FALL_BACK_AFTER`] failed rounds in a row (a leader down), until a round succeeds.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -48,39 +49,54 @@ const PARTITION_MAX_BYTES: i32 = 1 << 20;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 
+/// Rounds in a row that must fail before the collector's polled commits stand in (10 s): a
+/// leader of the topic that is down leaves its groups' commits unread, and without a stand-in
+/// their windows would fall silent and turn STOP.
+const FALL_BACK_AFTER: u32 = 20;
+
 /// Tails forever (returns at once when `[lag]` is off).
 pub async fn run(proxy: Arc<Proxy>) {
     let Some(lag) = proxy.lag.clone().filter(|lag| lag.config().offsets_log) else {
         return;
     };
     let mut tail = Tail::default();
-    let mut failing = false;
+    let (mut denied, mut failed_rounds) = (false, 0u32);
     loop {
         tokio::time::sleep(ROUND).await;
         if !proxy.cluster.is_ready() {
             continue;
         }
         match tail.round(&proxy, &lag).await {
-            Ok(()) => {
-                if failing {
-                    info!("reading {OFFSETS_TOPIC} works again");
+            Ok(read) => {
+                if denied || failed_rounds >= FALL_BACK_AFTER {
+                    info!("reading {OFFSETS_TOPIC} works again: lag commits come from it");
                 }
-                failing = false;
+                (denied, failed_rounds) = (false, 0);
+                if read {
+                    lag.set_commits_from_log(true);
+                }
             }
             Err(Refused::Denied) => {
-                if lag.commits_from_log() || !failing {
+                if !denied {
                     warn!(
                         "kroute may not read {OFFSETS_TOPIC} (topic authorization failed): lag verdicts come from polling only, which cannot tell when or how often a group committed"
                     );
                 }
                 lag.set_commits_from_log(false);
-                failing = true;
+                denied = true;
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
             Err(Refused::Other(e)) => {
                 debug!("reading {OFFSETS_TOPIC}: {e:#}");
                 proxy.metrics.lag.log_reads_failed.increment(1);
                 tail.forget_leaders();
+                failed_rounds += 1;
+                if failed_rounds == FALL_BACK_AFTER && lag.commits_from_log() {
+                    warn!(
+                        "reading {OFFSETS_TOPIC} failed {FALL_BACK_AFTER} times in a row (last: {e:#}): polled commits stand in until it works again"
+                    );
+                    lag.set_commits_from_log(false);
+                }
             }
         }
     }
@@ -113,33 +129,50 @@ impl Tail {
         self.sessions.clear();
     }
 
-    async fn round(&mut self, proxy: &Proxy, lag: &LagStore) -> Result<(), Refused> {
+    /// One fetch from every leader. Ok(false) while the topic does not exist yet. A leader that
+    /// fails does not keep the others' commits from being recorded; the first error is
+    /// returned after all were asked.
+    async fn round(&mut self, proxy: &Proxy, lag: &LagStore) -> Result<bool, Refused> {
         if self.leaders.is_empty() {
             self.find_leaders(proxy).await?;
             if self.leaders.is_empty() {
-                return Ok(()); // no group has committed yet: the topic does not exist
+                return Ok(false); // no group has committed yet: the topic does not exist
             }
         }
         let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for (partition, leader) in &self.leaders {
             by_leader.entry(*leader).or_default().push(*partition);
         }
+        let mut first_error = None;
         for (leader, partitions) in by_leader {
-            let addr = proxy
-                .cluster
-                .address(leader)
-                .ok_or_else(|| anyhow::anyhow!("broker {leader}: address unknown"))?;
-            if let Entry::Vacant(slot) = self.sessions.entry(leader) {
-                slot.insert(Session::open(&proxy.ask(&addr)).await?);
-            }
-            let answer = self.fetch(leader, &partitions).await;
-            if answer.is_err() {
+            let read = self.read_from(proxy, lag, leader, &partitions).await;
+            if let Err(e) = read {
                 self.sessions.remove(&leader);
+                if matches!(e, Refused::Denied) {
+                    return Err(e);
+                }
+                first_error.get_or_insert(e);
             }
-            self.record(answer?, lag, &proxy.metrics.lag)?;
         }
-        lag.set_commits_from_log(true);
-        Ok(())
+        first_error.map_or(Ok(true), Err)
+    }
+
+    async fn read_from(
+        &mut self,
+        proxy: &Proxy,
+        lag: &LagStore,
+        leader: i32,
+        partitions: &[i32],
+    ) -> Result<(), Refused> {
+        let addr = proxy
+            .cluster
+            .address(leader)
+            .ok_or_else(|| anyhow::anyhow!("broker {leader}: address unknown"))?;
+        if let Entry::Vacant(slot) = self.sessions.entry(leader) {
+            slot.insert(Session::open(&proxy.ask(&addr)).await?);
+        }
+        let answer = self.fetch(leader, partitions).await?;
+        self.record(answer, lag, &proxy.metrics.lag)
     }
 
     /// The leaders of the topic's partitions, and where to start on the ones new to the tail:
