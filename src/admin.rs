@@ -1,5 +1,6 @@
 //! The admin HTTP endpoint (axum): `/metrics` (Prometheus text), `/health` and `/ready`, and
-//! with `[lag]` enabled Burrow's `/v3/kafka/...` API ([`crate::lag::http`]).
+//! with `[lag]` enabled Burrow's `/v3/kafka/...` API ([`crate::lag::http`]), and the skew
+//! report and plan, `/v1/skew` and `/v1/plan` ([`crate::skew::http`]).
 //!
 //! `/health` is liveness: 200 for as long as the process serves, draining included. `/ready`
 //! says traffic may be sent to kroute: 200 once kroute has learnt the cluster (its own metadata
@@ -54,6 +55,7 @@ pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>) -> Router {
     if let Some(lag) = &proxy.lag {
         router = router.merge(crate::lag::http::routes(lag.clone()));
     }
+    router = router.merge(crate::skew::http::routes(proxy.clone()));
     router.with_state(Admin { handle, proxy })
 }
 
@@ -65,6 +67,9 @@ async fn metrics(State(admin): State<Admin>) -> Response {
             lag,
             crate::lag::collect::now_ms(),
         ));
+    }
+    if let Some(report) = crate::skew::http::report_now(&admin.proxy) {
+        text.push_str(&crate::skew::metrics::render(&report));
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -42,6 +42,9 @@ pub struct Config {
     /// Consumer lag, judged as Burrow judges it ([`crate::lag`]).
     #[serde(default)]
     pub lag: crate::lag::LagConfig,
+    /// The skew report and plan ([`crate::skew`]).
+    #[serde(default)]
+    pub skew: crate::skew::SkewConfig,
 }
 
 /// How kroute logs (the filter is `RUST_LOG`'s).
@@ -596,6 +599,9 @@ impl Config {
         )
         .map_err(|(key, problem)| invalid(key, problem))?;
         self.lag
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
+        self.skew
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
         let passthrough_only = self.upstream.sasl.as_ref().is_some_and(|s| {

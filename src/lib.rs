@@ -22,4 +22,5 @@ pub mod proxy;
 pub mod rewrite;
 pub mod route;
 pub mod security;
+pub mod skew;
 pub mod upstream;

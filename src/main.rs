@@ -66,6 +66,34 @@ enum Command {
     /// Print the effective configuration (file, flags, environment variables and defaults;
     /// secrets redacted) as TOML and exit 0, or exit 2 naming the wrong key.
     CheckConfig,
+    /// Print a running kroute's skew report (GET /v1/skew) as tables.
+    Skew {
+        /// The running kroute's admin endpoint (default: admin.listen of the configuration).
+        #[arg(long, value_name = "HOST:PORT")]
+        admin: Option<String>,
+        /// Print the JSON as the endpoint answers it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a running kroute for a plan that evens out the measured load of TOPICS (GET
+    /// /v1/plan), print its summary, and write the files Kafka's tools apply. kroute never
+    /// applies it itself.
+    Plan {
+        #[arg(long, value_name = "HOST:PORT")]
+        admin: Option<String>,
+        /// Topics to plan for, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+        /// Stop once the most loaded broker is within this fraction of the mean.
+        #[arg(long, default_value_t = kroute::skew::http::DEFAULT_TOLERANCE)]
+        tolerance: f64,
+        /// Where to write kafka-reassign-partitions' --reassignment-json-file.
+        #[arg(long, value_name = "FILE")]
+        reassignment_out: Option<PathBuf>,
+        /// Where to write kafka-leader-election's --path-to-json-file.
+        #[arg(long, value_name = "FILE")]
+        election_out: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,17 +110,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(Command::CheckConfig) = cli.command {
-        return match effective.to_redacted_toml() {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("kroute: cannot print the configuration: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    match cli.command {
+        Some(Command::CheckConfig) => {
+            return match effective.to_redacted_toml() {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kroute: cannot print the configuration: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Some(command) => return ask_admin(command, &effective.config.admin.listen),
+        None => {}
     }
     init_logging(effective.config.log.format);
     log_origin(&effective);
@@ -111,6 +143,56 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("kroute stopped: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kroute skew` and `kroute plan`: ask a running kroute's admin endpoint.
+fn ask_admin(command: Command, configured: &str) -> ExitCode {
+    use kroute::skew::cli;
+    // A wildcard listen address is reached on loopback.
+    let local = configured
+        .replace("0.0.0.0:", "127.0.0.1:")
+        .replace("[::]:", "[::1]:");
+    let result = match command {
+        Command::Skew { admin, json } => {
+            let admin = admin.unwrap_or(local);
+            cli::get(&admin, "/v1/skew").map(|report| {
+                if json {
+                    format!("{report:#}\n")
+                } else {
+                    cli::skew_tables(&report)
+                }
+            })
+        }
+        Command::Plan {
+            admin,
+            topics,
+            tolerance,
+            reassignment_out,
+            election_out,
+        } => {
+            let admin = admin.unwrap_or(local);
+            let path = format!("/v1/plan?topics={}&tolerance={tolerance}", topics.join(","));
+            cli::get(&admin, &path).and_then(|answer| {
+                let files = cli::write_files(
+                    &answer,
+                    reassignment_out.as_deref(),
+                    election_out.as_deref(),
+                )?;
+                Ok(cli::plan_summary(&answer) + &files)
+            })
+        }
+        Command::CheckConfig => return ExitCode::FAILURE,
+    };
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kroute: {e:#}");
+            ExitCode::from(2)
         }
     }
 }
@@ -176,6 +258,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
     tokio::spawn(kroute::lag::collect::run(proxy.clone()));
     tokio::spawn(kroute::lag::tail::run(proxy.clone()));
+    tokio::spawn(kroute::skew::sample::run(proxy.clone()));
     let listening = tokio::spawn(listener::run(proxy.clone()));
 
     let signal = tokio::select! {

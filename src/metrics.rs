@@ -15,6 +15,7 @@ use metrics::{
 
 use crate::proxy::Proxy;
 use crate::route::batch::KeepReason;
+use crate::skew::traffic::{Class, ProduceTraffic};
 
 /// Name of the upstream latency histogram (its buckets are set when the exporter is installed).
 pub const UPSTREAM_LATENCY: &str = "kroute_upstream_request_duration_seconds";
@@ -447,6 +448,8 @@ pub struct MoveCounters {
 pub struct RoutingMetrics {
     kept: Vec<Counter>,
     moved: DashMap<(String, i32, i32), MoveCounters>,
+    /// Bytes by broker and by what routing did with them (the skew report's).
+    pub traffic: ProduceTraffic,
 }
 
 impl RoutingMetrics {
@@ -457,7 +460,14 @@ impl RoutingMetrics {
                 .map(|r| counter!("kroute_batches_kept_total", "reason" => r.label()))
                 .collect(),
             moved: DashMap::new(),
+            traffic: ProduceTraffic::new(),
         }
+    }
+
+    /// Counts one batch of `bytes` kept on broker `home` for `reason`.
+    pub fn keep(&self, reason: KeepReason, home: i32, bytes: usize) {
+        self.kept(reason).increment(1);
+        self.traffic.add(home, Class::of_kept(reason), bytes);
     }
 
     /// The counter of batches kept for `reason`.
@@ -488,6 +498,7 @@ impl RoutingMetrics {
         counters.batches.increment(1);
         counters.records.increment(u64::from(records));
         counters.bytes.increment(bytes as u64);
+        self.traffic.moved(from, to, bytes);
     }
 }
 

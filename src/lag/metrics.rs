@@ -209,7 +209,7 @@ fn group_series(
 }
 
 /// A label value as the text format wants it: backslash, quote and newline escaped.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -63,20 +63,23 @@ pub fn plan(
         || head.api_version < MIN_ROUTED_VERSION
         || head.api_version > PRODUCE_MAX_VERSION
     {
+        let body_bytes = frame.len().saturating_sub(produce.body_offset);
+        let traffic = &proxy.metrics.routing.traffic;
+        traffic.add(home, crate::skew::traffic::Class::NotRouted, body_bytes);
         return unsplit(produce.acks);
     }
     let kept = &proxy.metrics.routing;
-    if produce.transactional {
-        kept.kept(KeepReason::Transactional).increment(1);
-        return unsplit(produce.acks);
-    }
     // A body kroute cannot read goes to the broker untouched: the broker has the last word.
     let body = frame.slice(produce.body_offset..);
+    if produce.transactional {
+        kept.keep(KeepReason::Transactional, home, body.len());
+        return unsplit(produce.acks);
+    }
     let Some(request) = parse_produce_body(&body, head.api_version)
         .ok()
         .and_then(|r| named_topics(r.topics).map(|t| (r.acks, r.timeout_ms, t)))
     else {
-        kept.kept(KeepReason::Malformed).increment(1);
+        kept.keep(KeepReason::Malformed, home, body.len());
         return unsplit(produce.acks);
     };
     let (acks, timeout_ms, topics) = request;
@@ -172,7 +175,8 @@ pub fn plan(
                     (broker, partition, true)
                 }
                 Err(reason) => {
-                    kept.kept(reason).increment(1);
+                    let bytes = entry.records.as_ref().map_or(0, |r| r.len());
+                    kept.keep(reason, home, bytes);
                     (home, entry.index, false)
                 }
             };

@@ -199,11 +199,11 @@ impl Place<'_, '_> {
         match inspect(records, budget) {
             Ok(_) if self.layout.is_some() => true,
             Ok(_) => {
-                self.kept(KeepReason::UnknownTopic);
+                self.kept(KeepReason::UnknownTopic, records.len());
                 false
             }
             Err(reason) => {
-                self.kept(reason);
+                self.kept(reason, records.len());
                 false
             }
         }
@@ -355,8 +355,8 @@ impl Place<'_, '_> {
             .unwrap_or(self.home)
     }
 
-    fn kept(&self, reason: KeepReason) {
-        self.proxy.metrics.routing.kept(reason).increment(1);
+    fn kept(&self, reason: KeepReason, bytes: usize) {
+        self.proxy.metrics.routing.keep(reason, self.home, bytes);
     }
 
     /// Picks (broker, partition) for a movable batch: the strategy's broker for this topic,
@@ -403,7 +403,7 @@ impl Place<'_, '_> {
             };
             if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
                 router.strict_cost.charge(self.name, broker, bytes);
-                self.kept(KeepReason::Home);
+                self.kept(KeepReason::Home, bytes);
                 return Some(Pick::Lane(broker, key.partition));
             }
             let free: Vec<(u32, i32)> = layout

@@ -268,7 +268,8 @@ impl<'a> Planner<'a> {
             .filter(|_| routed)
             .and_then(sequenced)
             .filter(|s| s.producer_id == self.producer_id);
-        let kept = |reason| self.proxy.metrics.routing.kept(reason).increment(1);
+        let bytes = records.map_or(0, |r| r.len());
+        let kept = |reason| self.proxy.metrics.routing.keep(reason, self.home, bytes);
         match (records, numbering, state.origin) {
             // Not known yet what the brokers hold for it: the client retries.
             (Some(_), Some(_), Origin::Unresolved) => Inspected::Local(code::REQUEST_TIMED_OUT),

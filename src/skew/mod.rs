@@ -1,0 +1,30 @@
+//! Skew: where the cluster's layout piles load onto some brokers or consumers, and a plan to
+//! even it out that operators apply with Kafka's own tools.
+//!
+//! kroute evens out keyless produce traffic by itself, but keyed records, consumers and
+//! replication stay where the layout puts them: partitions of old topics never reach a broker
+//! added later, added partitions pile their leaders onto some brokers, leadership moved by a
+//! failure does not come back by itself, and an assignor can leave one consumer of a group
+//! with far more partitions than another (seed 003).
+//!
+//! - [`sample`]: every `skew.sample_interval_ms`, the layout (replicas, leaders) and every
+//!   partition's log end, and the produce bytes through kroute ([`traffic`], counted on the
+//!   data path): two samples make rates;
+//! - [`report`]: per broker, topic and consumer group, what the samples show (`/v1/skew`,
+//!   gauges, `kroute skew`);
+//! - [`plan`]: the fewest leader changes and replica moves that even out the measured load
+//!   (`/v1/plan`, `kroute plan`), as kafka-reassign-partitions and kafka-leader-election files;
+//! - [`http`] and [`metrics`] serve them; [`cli`] is the commands' side.
+
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod layout;
+pub mod metrics;
+pub mod plan;
+pub mod report;
+pub mod sample;
+pub mod traffic;
+
+pub use config::SkewConfig;
+pub use sample::{Sample, Samples};
