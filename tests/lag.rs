@@ -444,26 +444,13 @@ fn keeps_up_and_is_ok(protocol: &str) {
     k.assert_clean_logs(&[]);
 }
 
-/// At kroute's default lag settings, with the consumer talking straight to the cluster (kroute
-/// only reads, as Burrow does), a group that keeps up is OK at every look from the moment it
-/// appears: no ERR, STOP or STALL while its window fills (a page at night for nothing).
-#[test]
-fn a_healthy_group_is_ok_at_every_poll_from_its_start_at_default_settings() {
-    let k = Kroute::start_with(KrouteOptions {
-        extra_toml: "\n[lag]\nenabled = true\n".into(),
-        ..KrouteOptions::default()
-    });
-    let topic = topic("lag-healthy-");
-    let group = unique("g-healthy-");
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = steady_producer(&k, &topic, stop.clone());
-    let direct = common::cluster_bootstrap();
-    let consumer = group_consumer(&direct, &topic, &group, "healthy", "classic", stop.clone());
-    // Looked at every 200 ms until the window of 15 commits (one a second) is full and 5 s more.
+/// Looks at `group` every 200 ms, asserting OK at every look, until its window has been full
+/// for 5 s. Returns the number of looks.
+fn ok_at_every_look(k: &Kroute, group: &str) -> usize {
     let mut looks = 0;
     let mut full_at: Option<Instant> = None;
     while full_at.is_none_or(|t| t.elapsed() < Duration::from_secs(5)) {
-        let (code, v) = burrow(&k, &group, "lag");
+        let (code, v) = burrow(k, group, "lag");
         if code == 200 {
             looks += 1;
             assert_eq!(v["status"]["status"], "OK", "look {looks}: {v}");
@@ -474,10 +461,108 @@ fn a_healthy_group_is_ok_at_every_poll_from_its_start_at_default_settings() {
         assert!(looks < 1000, "the window never filled");
         std::thread::sleep(Duration::from_millis(200));
     }
+    looks
+}
+
+fn default_lag_kroute() -> Kroute {
+    Kroute::start_with(KrouteOptions {
+        extra_toml: "\n[lag]\nenabled = true\n".into(),
+        ..KrouteOptions::default()
+    })
+}
+
+/// At kroute's default lag settings, with the consumer talking straight to the cluster (kroute
+/// only reads, as Burrow does), a group that keeps up is OK at every look from the moment it
+/// appears: no ERR, STOP or STALL while its window fills (a page at night for nothing).
+#[test]
+fn a_healthy_group_is_ok_at_every_poll_from_its_start_at_default_settings() {
+    let k = default_lag_kroute();
+    let topic = topic("lag-healthy-");
+    let group = unique("g-healthy-");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(&k, &topic, stop.clone());
+    let direct = common::cluster_bootstrap();
+    let consumer = group_consumer(&direct, &topic, &group, "healthy", "classic", stop.clone());
+    let looks = ok_at_every_look(&k, &group);
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
     consumer.join().unwrap();
     eprintln!("{looks} looks at the group, all OK");
+    k.assert_clean_logs(&[]);
+}
+
+/// A child process killed (and reaped) on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The same with the Java client through kroute: a group member committing after every poll
+/// (commitSync, the Java test client's group-consume), at default settings.
+#[test]
+fn a_healthy_java_group_through_kroute_is_ok_at_every_poll_at_default_settings() {
+    let k = default_lag_kroute();
+    let topic = topic("lag-healthy-java-");
+    let group = unique("g-healthy-java-");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(&k, &topic, stop.clone());
+    let consumer = std::process::Command::new(repo_root().join("tests/java/run.sh"))
+        .args([
+            "group-consume",
+            "--bootstrap",
+            &k.bootstrap,
+            "--topic",
+            &topic,
+        ])
+        .args(["--group", &group, "--members", "1", "--expect", "100000000"])
+        .args(["--timeout-ms", "600000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map(Killed)
+        .expect("start the Java consumer");
+    let looks = ok_at_every_look(&k, &group);
+    drop(consumer);
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    eprintln!("{looks} looks at the Java group, all OK");
+    k.assert_clean_logs(&[]);
+}
+
+/// And with kafka-python straight to the cluster, auto-committing on its own schedule (every
+/// second here; its default is 5 s, which only makes the window slower to fill).
+#[test]
+fn a_healthy_kafka_python_group_is_ok_at_every_poll_at_default_settings() {
+    let k = default_lag_kroute();
+    let topic = topic("lag-healthy-py-");
+    let group = unique("g-healthy-py-");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(&k, &topic, stop.clone());
+    let python = repo_root()
+        .join(common::producers::KAFKA_PYTHON)
+        .join("bin/python3");
+    let consumer = std::process::Command::new(python)
+        .arg(repo_root().join("tests/python/consumer.py"))
+        .args([
+            "--bootstrap",
+            &common::cluster_bootstrap(),
+            "--topic",
+            &topic,
+        ])
+        .args(["--group", &group, "--commit-interval-ms", "1000"])
+        .args(["--seconds", "600"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map(Killed)
+        .expect("start the kafka-python consumer");
+    let looks = ok_at_every_look(&k, &group);
+    drop(consumer);
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    eprintln!("{looks} looks at the kafka-python group, all OK");
     k.assert_clean_logs(&[]);
 }
 
