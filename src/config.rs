@@ -766,6 +766,24 @@ mod tests {
     const MINIMAL: &str = "[upstream]\nbootstrap_servers = [\"127.0.0.1:19092\"]\n";
 
     #[test]
+    fn skew_section_is_read_and_checked() {
+        let c = Config::parse(MINIMAL, "t").unwrap();
+        assert!(c.skew.enabled, "on by default");
+        assert_eq!(c.skew.sample_interval_ms, 10_000);
+        let c = Config::parse(&format!("{MINIMAL}\n[skew]\nmember_margin = 1.0\n"), "t").unwrap();
+        assert_eq!(c.skew.member_margin, 1.0);
+        for (bad, key) in [
+            ("sample_interval_ms = 0", "skew.sample_interval_ms"),
+            ("member_margin = -1.0", "skew.member_margin"),
+        ] {
+            match Config::parse(&format!("{MINIMAL}\n[skew]\n{bad}\n"), "t") {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+                other => panic!("expected {key} to be refused, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn lag_section_is_read_and_needs_kroutes_own_credentials() {
         let c = Config::parse(
             &format!("{MINIMAL}\n[lag]\nenabled = true\nintervals = 10\n"),

@@ -328,6 +328,12 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "Changed certificate files re-read, by what (listener, upstream) and result (ok, error: the old files stay)",
     ),
     (
+        "kroute_skew_sample_failures_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Skew samples (layout and log ends) that failed; the report keeps the last good one",
+    ),
+    (
         "kroute_tls_certificate_expiry_timestamp_seconds",
         Kind::Gauge,
         Some(Unit::Seconds),
