@@ -53,9 +53,10 @@ CAPABILITIES=(
   "Lag statuses, classic groups|lag::a_consumer_falling_behind_is_warn lag::a_consumer_that_stops_with_lag_is_stop_and_the_group_err lag::a_consumer_committing_the_same_offset_while_lag_grows_is_stall lag::offsets_reset_to_earliest_with_the_kafka_tool_are_rewind lag::a_classic_group_that_keeps_up_is_ok_with_its_owner||"
   "Lag statuses, KIP-848 groups|lag::a_kip_848_consumer_group_is_judged_with_its_owner|4.0|KIP-848 consumer groups came with Kafka 4.0"
   "Old-protocol client (kafka-python 2.0.2: SaslHandshake v0, Produce v3)|sasl::an_old_protocol_client_authenticates_with_raw_tokens_and_its_batches_move||"
+  "Skew report and plan (applied with kafka-reassign-partitions and kafka-leader-election)|skew::the_report_shows_leaders_records_keyed_bytes_and_the_gauges skew::a_plan_applied_with_kafkas_tools_evens_out_the_leaders skew::unknown_topics_and_topics_being_reassigned_are_refused_by_name skew::a_group_member_with_far_more_partitions_is_flagged||"
 )
 # Capabilities no Java client takes part in: client configs skip them.
-NOT_JAVA='^(Round trip: (librdkafka|franz-go|kafka-python)|Lag statuses|Old-protocol client)'
+NOT_JAVA='^(Round trip: (librdkafka|franz-go|kafka-python)|Lag statuses|Old-protocol client|Skew)'
 # Capabilities whose clients take minutes to build (librdkafka 1.9 from source): --check, which
 # the test command runs, leaves them to the full matrix.
 SLOW_SETUP='^Round trip: librdkafka 1\.9'

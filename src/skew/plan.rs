@@ -273,9 +273,8 @@ fn finish(
     let mut sizes_known = true;
     let mut skipped = Vec::new();
     for p in &parts {
-        let name = format!("{}-{}", p.topic, p.placement.partition);
         if !p.movable {
-            skipped.push(name);
+            skipped.push(why_left_alone(p, brokers));
             continue;
         }
         let before: BTreeSet<i32> = p.placement.replicas.iter().copied().collect();
@@ -324,6 +323,26 @@ fn finish(
         },
         reassignments,
         elections,
+    }
+}
+
+/// "topic-partition: why", for a partition the plan may not change.
+fn why_left_alone(p: &Part, brokers: &[i32]) -> String {
+    let name = format!("{}-{}", p.topic, p.placement.partition);
+    let gone: Vec<String> = p
+        .placement
+        .replicas
+        .iter()
+        .filter(|r| !brokers.contains(r))
+        .map(|r| r.to_string())
+        .collect();
+    if gone.is_empty() {
+        format!("{name}: no leader")
+    } else {
+        format!(
+            "{name}: replica on broker {}, which is not alive",
+            gone.join(", ")
+        )
     }
 }
 
