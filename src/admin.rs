@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tracing::warn;
 
 use crate::proxy::Proxy;
+use crate::skew::Samples;
 
 /// How often the exporter's histograms are compacted.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -29,10 +30,16 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 struct Admin {
     handle: PrometheusHandle,
     proxy: Arc<Proxy>,
+    samples: Arc<Samples>,
 }
 
 /// Serves admin requests until the process ends.
-pub async fn serve(listener: TcpListener, handle: PrometheusHandle, proxy: Arc<Proxy>) {
+pub async fn serve(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    proxy: Arc<Proxy>,
+    samples: Arc<Samples>,
+) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(UPKEEP_EVERY);
@@ -41,13 +48,13 @@ pub async fn serve(listener: TcpListener, handle: PrometheusHandle, proxy: Arc<P
             upkeep.run_upkeep();
         }
     });
-    if let Err(e) = axum::serve(listener, router(handle, proxy)).await {
+    if let Err(e) = axum::serve(listener, router(handle, proxy, samples)).await {
         warn!("admin endpoint stopped: {e}");
     }
 }
 
 /// The admin routes; more endpoints join here.
-pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>) -> Router {
+pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>, samples: Arc<Samples>) -> Router {
     let mut router = Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(health))
@@ -55,8 +62,12 @@ pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>) -> Router {
     if let Some(lag) = &proxy.lag {
         router = router.merge(crate::lag::http::routes(lag.clone()));
     }
-    router = router.merge(crate::skew::http::routes(proxy.clone()));
-    router.with_state(Admin { handle, proxy })
+    router = router.merge(crate::skew::http::routes(proxy.clone(), samples.clone()));
+    router.with_state(Admin {
+        handle,
+        proxy,
+        samples,
+    })
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {
@@ -68,7 +79,7 @@ async fn metrics(State(admin): State<Admin>) -> Response {
             crate::lag::collect::now_ms(),
         ));
     }
-    if let Some(report) = crate::skew::http::report_now(&admin.proxy) {
+    if let Some(report) = crate::skew::http::report_now(&admin.proxy, &admin.samples) {
         text.push_str(&crate::skew::metrics::render(&report));
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -252,13 +253,20 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
     kroute::open_files::raise(config.limits.max_connections);
     let proxy = Proxy::new(config, Metrics::new()).map_err(|e| anyhow::anyhow!("security: {e}"))?;
-    tokio::spawn(admin::serve(admin_listener, handle, proxy.clone()));
+    // The skew sampler's last samples, read by the admin endpoint.
+    let samples = Arc::new(kroute::skew::Samples::new());
+    tokio::spawn(admin::serve(
+        admin_listener,
+        handle,
+        proxy.clone(),
+        samples.clone(),
+    ));
     tokio::spawn(refresh_metadata(proxy.clone()));
     tokio::spawn(kroute::route::recovery::read_held_epochs(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
     tokio::spawn(kroute::lag::collect::run(proxy.clone()));
     tokio::spawn(kroute::lag::tail::run(proxy.clone()));
-    tokio::spawn(kroute::skew::sample::run(proxy.clone()));
+    tokio::spawn(kroute::skew::sample::run(proxy.clone(), samples));
     let listening = tokio::spawn(listener::run(proxy.clone()));
 
     let signal = tokio::select! {

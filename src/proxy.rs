@@ -13,7 +13,6 @@ use crate::rewrite::AddressMap;
 use crate::route::Router;
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
-use crate::skew::Samples;
 use crate::upstream::ask::Ask;
 
 pub struct Proxy {
@@ -27,8 +26,6 @@ pub struct Proxy {
     pub shutdown: Shutdown,
     /// Consumer lag, when `[lag]` is enabled.
     pub lag: Option<Arc<LagStore>>,
-    /// The last samples of the cluster's layout and load ([`crate::skew`]).
-    pub skew: Samples,
 }
 
 impl Proxy {
@@ -65,7 +62,6 @@ impl Proxy {
             router,
             shutdown: Shutdown::new(),
             lag,
-            skew: Samples::new(),
         }))
     }
 }

@@ -17,17 +17,25 @@ use serde_json::json;
 use super::layout::{Layout, fetch_layout, reassigning, replica_sizes};
 use super::plan::{self, PlanError, Request};
 use super::report::{self, Inputs, SkewReport, partition_rates};
+use super::sample::Samples;
 use crate::lag::collect::now_ms;
 use crate::proxy::Proxy;
 
 /// The default `tolerance` of a plan: the most loaded broker within 10% of the mean.
 pub const DEFAULT_TOLERANCE: f64 = 0.1;
 
-pub fn routes<S>(proxy: Arc<Proxy>) -> Router<S> {
+/// What the handlers read: kroute's connections and scores, and the sampler's samples.
+#[derive(Clone)]
+struct Sources {
+    proxy: Arc<Proxy>,
+    samples: Arc<Samples>,
+}
+
+pub fn routes<S>(proxy: Arc<Proxy>, samples: Arc<Samples>) -> Router<S> {
     Router::new()
         .route("/v1/skew", get(skew))
         .route("/v1/plan", get(plan))
-        .with_state(proxy)
+        .with_state(Sources { proxy, samples })
 }
 
 /// axum's `Json` needs a feature kroute leaves off; this is all of it that is used.
@@ -56,17 +64,17 @@ fn not_sampled(proxy: &Proxy) -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, why)
 }
 
-async fn skew(State(proxy): State<Arc<Proxy>>) -> Response {
-    match report_now(&proxy) {
+async fn skew(State(sources): State<Sources>) -> Response {
+    match report_now(&sources.proxy, &sources.samples) {
         Some(report) => json_answer(StatusCode::OK, &report),
-        None => not_sampled(&proxy),
+        None => not_sampled(&sources.proxy),
     }
 }
 
 /// The report from the last samples, the routing scores now and the lag verdicts now; None
 /// before the first sample.
-pub fn report_now(proxy: &Proxy) -> Option<SkewReport> {
-    let (previous, newest) = proxy.skew.last_two();
+pub fn report_now(proxy: &Proxy, samples: &Samples) -> Option<SkewReport> {
+    let (previous, newest) = samples.last_two();
     let newest = newest?;
     let now = Instant::now();
     let brokers = &newest.layout.brokers;
@@ -123,20 +131,21 @@ fn query(uri: &Uri) -> Result<(BTreeSet<String>, f64), String> {
     Ok((topics, tolerance))
 }
 
-async fn plan(State(proxy): State<Arc<Proxy>>, uri: Uri) -> Response {
+async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
+    let proxy = &sources.proxy;
     let (topics, tolerance) = match query(&uri) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let (previous, newest) = proxy.skew.last_two();
+    let (previous, newest) = sources.samples.last_two();
     if newest.is_none() {
-        return not_sampled(&proxy);
+        return not_sampled(proxy);
     }
-    let layout = match fresh_layout(&proxy).await {
+    let layout = match fresh_layout(proxy).await {
         Ok(l) => l,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
     };
-    let moving = match controller(&proxy, &layout) {
+    let moving = match controller(proxy, &layout) {
         Some(addr) => match reassigning(&proxy.ask(&addr), &topics).await {
             Ok(m) => m,
             Err(e) => {
@@ -159,7 +168,7 @@ async fn plan(State(proxy): State<Arc<Proxy>>, uri: Uri) -> Response {
             r.iter()
                 .any(|((t, _), rate)| topics.contains(t) && *rate > 0.0)
         });
-    let sizes = sizes(&proxy, &layout, &topics).await;
+    let sizes = sizes(proxy, &layout, &topics).await;
     let request = Request {
         layout: &layout,
         topics: &topics,

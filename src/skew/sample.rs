@@ -60,7 +60,7 @@ impl Samples {
 
 /// Samples forever (returns at once when `skew.enabled` is off, or when kroute has no
 /// connection of its own to the cluster: SASL passthrough without kroute's credentials).
-pub async fn run(proxy: Arc<Proxy>) {
+pub async fn run(proxy: Arc<Proxy>, samples: Arc<Samples>) {
     if !proxy.config.skew.enabled || proxy.security.learns_brokers_from_clients() {
         return;
     }
@@ -80,7 +80,7 @@ pub async fn run(proxy: Arc<Proxy>) {
                     info!("skew sampling works again");
                     failing = false;
                 }
-                proxy.skew.push(sample);
+                samples.push(sample);
             }
             Err(e) => {
                 failures.increment(1);
