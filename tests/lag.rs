@@ -501,35 +501,48 @@ impl Drop for Killed {
     }
 }
 
+/// Runs `consumer` (a command taking the group's consumer to its end) beside a steady
+/// producer, and asserts the group OK at every look until its window has been full for 5 s.
+fn healthy_group_ok_at_every_look(
+    k: &Kroute,
+    client: &str,
+    consumer: impl FnOnce(&str, &str) -> std::process::Command,
+) {
+    let topic = topic(&format!("lag-healthy-{client}-"));
+    let group = unique(&format!("g-healthy-{client}-"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_producer(k, &topic, stop.clone());
+    let consumer = consumer(&topic, &group)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map(Killed)
+        .unwrap_or_else(|e| panic!("start the {client} consumer: {e}"));
+    let looks = ok_at_every_look(k, &group);
+    drop(consumer);
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    eprintln!("{looks} looks at the {client} group, all OK");
+    k.assert_clean_logs(&[]);
+}
+
 /// The same with the Java client through kroute: a group member committing after every poll
 /// (commitSync, the Java test client's group-consume), at default settings.
 #[test]
 fn a_healthy_java_group_through_kroute_is_ok_at_every_poll_at_default_settings() {
     let k = default_lag_kroute();
-    let topic = topic("lag-healthy-java-");
-    let group = unique("g-healthy-java-");
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = steady_producer(&k, &topic, stop.clone());
-    let consumer = std::process::Command::new(repo_root().join("tests/java/run.sh"))
-        .args([
+    healthy_group_ok_at_every_look(&k, "java", |topic, group| {
+        let mut java = std::process::Command::new(repo_root().join("tests/java/run.sh"));
+        java.args([
             "group-consume",
             "--bootstrap",
             &k.bootstrap,
             "--topic",
-            &topic,
+            topic,
         ])
-        .args(["--group", &group, "--members", "1", "--expect", "100000000"])
-        .args(["--timeout-ms", "600000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map(Killed)
-        .expect("start the Java consumer");
-    let looks = ok_at_every_look(&k, &group);
-    drop(consumer);
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
-    eprintln!("{looks} looks at the Java group, all OK");
-    k.assert_clean_logs(&[]);
+        .args(["--group", group, "--members", "1", "--expect", "100000000"])
+        .args(["--timeout-ms", "600000"]);
+        java
+    });
 }
 
 /// And with kafka-python straight to the cluster, auto-committing on its own schedule (every
@@ -537,33 +550,27 @@ fn a_healthy_java_group_through_kroute_is_ok_at_every_poll_at_default_settings()
 #[test]
 fn a_healthy_kafka_python_group_is_ok_at_every_poll_at_default_settings() {
     let k = default_lag_kroute();
-    let topic = topic("lag-healthy-py-");
-    let group = unique("g-healthy-py-");
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = steady_producer(&k, &topic, stop.clone());
-    let python = repo_root()
-        .join(common::producers::KAFKA_PYTHON)
-        .join("bin/python3");
-    let consumer = std::process::Command::new(python)
-        .arg(repo_root().join("tests/python/consumer.py"))
-        .args([
-            "--bootstrap",
-            &common::cluster_bootstrap(),
-            "--topic",
-            &topic,
-        ])
-        .args(["--group", &group, "--commit-interval-ms", "1000"])
-        .args(["--seconds", "600"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map(Killed)
-        .expect("start the kafka-python consumer");
-    let looks = ok_at_every_look(&k, &group);
-    drop(consumer);
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
-    eprintln!("{looks} looks at the kafka-python group, all OK");
-    k.assert_clean_logs(&[]);
+    healthy_group_ok_at_every_look(&k, "kafka-python", |topic, group| {
+        let venv = repo_root().join(common::producers::KAFKA_PYTHON);
+        let mut python = std::process::Command::new(venv.join("bin/python3"));
+        python
+            .arg(repo_root().join("tests/python/consumer.py"))
+            .args([
+                "--bootstrap",
+                &common::cluster_bootstrap(),
+                "--topic",
+                topic,
+            ])
+            .args([
+                "--group",
+                group,
+                "--commit-interval-ms",
+                "1000",
+                "--seconds",
+                "600",
+            ]);
+        python
+    });
 }
 
 #[test]

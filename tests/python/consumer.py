@@ -23,7 +23,6 @@ def main():
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     consumer = KafkaConsumer(
-        args.topic,
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
         client_id=args.client_id,
@@ -31,6 +30,15 @@ def main():
         auto_commit_interval_ms=args.commit_interval_ms,
         auto_offset_reset="earliest",
     )
+    # The topic was just created: the broker kafka-python asks may not know it yet, and a
+    # subscription to a topic without metadata gets no partitions until the next metadata
+    # refresh (metadata.max.age.ms, 5 minutes). Wait until it is known, then subscribe.
+    known_by = time.monotonic() + 30
+    while not consumer.partitions_for_topic(args.topic):
+        if time.monotonic() > known_by:
+            sys.exit(f"topic {args.topic} unknown after 30 s")
+        time.sleep(0.1)
+    consumer.subscribe([args.topic])
     consumed, said_assigned = 0, False
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:
