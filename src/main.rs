@@ -254,7 +254,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     kroute::open_files::raise(config.limits.max_connections);
     let proxy = Proxy::new(config, Metrics::new()).map_err(|e| anyhow::anyhow!("security: {e}"))?;
     // The skew sampler's last samples, read by the admin endpoint.
-    let samples = Arc::new(kroute::skew::Samples::new());
+    let samples = Arc::new(kroute::skew::Samples::new(proxy.config.skew.rate_window_ms));
     tokio::spawn(admin::serve(
         admin_listener,
         handle,

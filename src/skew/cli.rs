@@ -137,9 +137,12 @@ pub fn plan_summary(answer: &Value) -> String {
             .join(" ")
     };
     let mut out = String::new();
+    let over = s["load_window_s"]
+        .as_f64()
+        .map_or(String::new(), |w| format!(" over {w:.0} s"));
     let _ = writeln!(
         out,
-        "{} partitions, weighted by {}",
+        "{} partitions, weighted by {}{over}",
         s["partitions"],
         s["weighted_by"].as_str().unwrap_or("")
     );

@@ -16,6 +16,11 @@ pub struct SkewConfig {
     /// between the last two samples.
     #[serde(default = "default_sample_interval_ms")]
     pub sample_interval_ms: u64,
+    /// Rates (records/s per partition, produce bytes/s) are taken over this long: the oldest
+    /// sample kept is the newest one at least this old. Long enough for a partition's count
+    /// to be more than noise; the report and the plan say the window they used.
+    #[serde(default = "default_rate_window_ms")]
+    pub rate_window_ms: u64,
     /// A group member carrying more than this fraction above the group's mean partitions (or
     /// lag) is flagged overloaded (0.5: more than 1.5x the mean).
     #[serde(default = "default_member_margin")]
@@ -28,6 +33,9 @@ fn default_enabled() -> bool {
 fn default_sample_interval_ms() -> u64 {
     10_000
 }
+fn default_rate_window_ms() -> u64 {
+    120_000
+}
 fn default_member_margin() -> f64 {
     0.5
 }
@@ -37,6 +45,7 @@ impl Default for SkewConfig {
         Self {
             enabled: default_enabled(),
             sample_interval_ms: default_sample_interval_ms(),
+            rate_window_ms: default_rate_window_ms(),
             member_margin: default_member_margin(),
         }
     }
@@ -49,6 +58,15 @@ impl SkewConfig {
             return Err((
                 "skew.sample_interval_ms",
                 format!("must be 100..=3600000 ms (got {})", self.sample_interval_ms),
+            ));
+        }
+        if self.rate_window_ms < self.sample_interval_ms || self.rate_window_ms > 86_400_000 {
+            return Err((
+                "skew.rate_window_ms",
+                format!(
+                    "must be at least skew.sample_interval_ms ({}) and at most 86400000 (got {})",
+                    self.sample_interval_ms, self.rate_window_ms
+                ),
             ));
         }
         if !(self.member_margin.is_finite() && self.member_margin >= 0.0) {

@@ -74,7 +74,7 @@ async fn skew(State(sources): State<Sources>) -> Response {
 /// The report from the last samples, the routing scores now and the lag verdicts now; None
 /// before the first sample.
 pub fn report_now(proxy: &Proxy, samples: &Samples) -> Option<SkewReport> {
-    let (previous, newest) = samples.last_two();
+    let (previous, newest) = samples.window();
     let newest = newest?;
     let now = Instant::now();
     let brokers = &newest.layout.brokers;
@@ -137,7 +137,7 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let (previous, newest) = sources.samples.last_two();
+    let (previous, newest) = sources.samples.window();
     if newest.is_none() {
         return not_sampled(proxy);
     }
@@ -160,10 +160,15 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
             );
         }
     };
-    // Rates from the last two samples, if the chosen topics took any records between them.
+    // Rates over the rate window, if the chosen topics took any records in it.
+    let window_s = previous
+        .as_ref()
+        .zip(newest.as_ref())
+        .map(|(p, n)| ((n.at_ms - p.at_ms) as f64 / 1000.0).max(0.001));
     let load = previous
         .zip(newest)
-        .map(|(p, n)| partition_rates(&p, &n, ((n.at_ms - p.at_ms) as f64 / 1000.0).max(0.001)))
+        .zip(window_s)
+        .map(|((p, n), w)| partition_rates(&p, &n, w))
         .filter(|r| {
             r.iter()
                 .any(|((t, _), rate)| topics.contains(t) && *rate > 0.0)
@@ -173,6 +178,7 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
         layout: &layout,
         topics: &topics,
         load: load.as_ref(),
+        load_window_s: window_s,
         sizes: &sizes,
         reassigning: &moving,
         tolerance,

@@ -9,7 +9,7 @@
 //!
 //! - [`sample`]: every `skew.sample_interval_ms`, the layout (replicas, leaders) and every
 //!   partition's log end, and the produce bytes through kroute ([`traffic`], counted on the
-//!   data path): two samples make rates;
+//!   data path), kept for `skew.rate_window_ms`: rates are taken over that window;
 //! - [`report`]: per broker, topic and consumer group, what the samples show (`/v1/skew`,
 //!   gauges, `kroute skew`);
 //! - [`plan`]: the fewest leader changes and replica moves that even out the measured load

@@ -31,6 +31,8 @@ pub struct Request<'a> {
     pub topics: &'a BTreeSet<String>,
     /// Records/s per partition; None: every partition weighs the same.
     pub load: Option<&'a BTreeMap<(String, i32), f64>>,
+    /// The seconds `load` was measured over.
+    pub load_window_s: Option<f64>,
     /// Bytes a move of each partition copies (DescribeLogDirs), where known.
     pub sizes: &'a BTreeMap<(String, i32), i64>,
     /// Partitions being reassigned now.
@@ -73,6 +75,8 @@ pub struct Election {
 pub struct Summary {
     /// "records/s" or "partition count" (no load measured yet).
     pub weighted_by: &'static str,
+    /// The seconds the records/s were measured over.
+    pub load_window_s: Option<f64>,
     pub partitions: usize,
     pub leader_changes: usize,
     /// Partitions whose replica set changes (each copies one replica).
@@ -308,6 +312,7 @@ fn finish(
             } else {
                 "partition count"
             },
+            load_window_s: request.load.and(request.load_window_s),
             partitions: parts.len(),
             leader_changes,
             replica_moves,

@@ -13,11 +13,11 @@ fn sample(at_ms: i64, ends: &[i64], traffic: &[(i32, ClassBytes)]) -> Sample {
         .collect();
     Sample {
         at_ms,
-        layout: Layout {
+        layout: std::sync::Arc::new(Layout {
             brokers: vec![1, 2, 3],
             controller: 1,
             topics: BTreeMap::from([("t".to_string(), partitions)]),
-        },
+        }),
         log_ends: ends
             .iter()
             .enumerate()
