@@ -85,7 +85,8 @@ enum Command {
         /// Topics to plan for, comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]
         topics: Vec<String>,
-        /// Stop once the most loaded broker is within this fraction of the mean.
+        /// Replica moves stop once the most loaded broker is within this fraction of the mean
+        /// (leader changes, which copy nothing, go on to half of it).
         #[arg(long, default_value_t = kroute::skew::http::DEFAULT_TOLERANCE)]
         tolerance: f64,
         /// Where to write kafka-reassign-partitions' --reassignment-json-file.

@@ -5,7 +5,8 @@
 //! Each step takes the change that lowers the spread of load over the brokers most (the sum of
 //! squared loads: a change from broker `h` to broker `c` of a partition with load `w` lowers
 //! it exactly when `load(c) + w < load(h)`), and stops once the most loaded broker is within
-//! `tolerance` of the mean or nothing helps. Changes that copy no data come first:
+//! `tolerance` of the mean (half of it for changes that copy nothing) or nothing helps.
+//! Changes that copy no data come first:
 //! 1. a leader change, to a live in-sync replica: the replica list is reordered so that broker
 //!    comes first (a reassignment that copies nothing) and a preferred-leader election makes
 //!    it the leader; where it is already first (leadership moved on a failure and never came
@@ -37,7 +38,8 @@ pub struct Request<'a> {
     pub sizes: &'a BTreeMap<(String, i32), i64>,
     /// Partitions being reassigned now.
     pub reassigning: &'a BTreeSet<(String, i32)>,
-    /// Stop once the most loaded broker is within this fraction of the mean.
+    /// Replica moves stop once the most loaded broker is within this fraction of the mean;
+    /// leader changes go on to half of it.
     pub tolerance: f64,
 }
 
@@ -119,10 +121,16 @@ pub fn make(request: &Request<'_>) -> Result<Plan, PlanError> {
     let brokers = &request.layout.brokers;
     let load_before = loads(&parts, brokers);
     let leaders_before = leader_counts(&parts, brokers);
-    while !within(&loads(&parts, brokers), request.tolerance) {
+    // Leader changes copy nothing: they go on to half the tolerance. Replica moves copy a
+    // partition each: only while the load is outside the tolerance.
+    while !within(&loads(&parts, brokers), request.tolerance / 2.0) {
         let loads = loads(&parts, brokers);
-        let change = best_leader_change(&parts, &loads)
-            .or_else(|| best_replica_move(&parts, &loads, request.sizes));
+        let copy_allowed = !within(&loads, request.tolerance);
+        let change = best_leader_change(&parts, &loads).or_else(|| {
+            copy_allowed
+                .then(|| best_replica_move(&parts, &loads, request.sizes))
+                .flatten()
+        });
         let Some((i, to, replaced)) = change else {
             break;
         };
