@@ -103,16 +103,23 @@ fn the_report_shows_leaders_records_keyed_bytes_and_the_gauges() {
         })
     };
     // A report whose window saw keyed records through kroute and records on the topic.
-    let seen = wait_for("a report with keyed traffic", Duration::from_secs(60), || {
-        let r = report(&k)?;
-        let keyed: f64 = r["brokers"]
-            .as_array()?
-            .iter()
-            .filter_map(|b| b["produce_bytes_per_s"]["keyed"].as_f64())
-            .sum();
-        let t = r["topics"].as_array()?.iter().find(|t| t["topic"] == topic)?;
-        (keyed > 0.0 && t["records_per_s"].as_f64()? > 0.0).then_some(r)
-    });
+    let seen = wait_for(
+        "a report with keyed traffic",
+        Duration::from_secs(60),
+        || {
+            let r = report(&k)?;
+            let keyed: f64 = r["brokers"]
+                .as_array()?
+                .iter()
+                .filter_map(|b| b["produce_bytes_per_s"]["keyed"].as_f64())
+                .sum();
+            let t = r["topics"]
+                .as_array()?
+                .iter()
+                .find(|t| t["topic"] == topic)?;
+            (keyed > 0.0 && t["records_per_s"].as_f64()? > 0.0).then_some(r)
+        },
+    );
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
     assert_eq!(leaders(&seen, &topic).as_deref(), Some("1:22 2:10 3:4"));
@@ -140,8 +147,14 @@ fn the_report_shows_leaders_records_keyed_bytes_and_the_gauges() {
     let out = kroute_cmd(&k, &["skew"]);
     assert!(out.status.success(), "{out:?}");
     let table = String::from_utf8_lossy(&out.stdout);
-    let line = table.lines().find(|l| l.contains(&topic)).expect("topic row");
-    assert!(line.contains("1:22 2:10 3:4") && line.contains("max/even 1.83"), "{line}");
+    let line = table
+        .lines()
+        .find(|l| l.contains(&topic))
+        .expect("topic row");
+    assert!(
+        line.contains("1:22 2:10 3:4") && line.contains("max/even 1.83"),
+        "{line}"
+    );
     k.assert_clean_logs(&[]);
 }
 
@@ -184,12 +197,20 @@ fn a_plan_applied_with_kafkas_tools_evens_out_the_leaders() {
 
     tool(
         REASSIGN,
-        &["--execute", "--reassignment-json-file", moves.to_str().unwrap()],
+        &[
+            "--execute",
+            "--reassignment-json-file",
+            moves.to_str().unwrap(),
+        ],
     );
     wait_for("the reassignment", Duration::from_secs(60), || {
         let verify = tool(
             REASSIGN,
-            &["--verify", "--reassignment-json-file", moves.to_str().unwrap()],
+            &[
+                "--verify",
+                "--reassignment-json-file",
+                moves.to_str().unwrap(),
+            ],
         );
         (!verify.contains("in progress")).then_some(())
     });
@@ -204,7 +225,10 @@ fn a_plan_applied_with_kafkas_tools_evens_out_the_leaders() {
     );
     let after = wait_for("even leaders in a sample", Duration::from_secs(60), || {
         let r = report(&k)?;
-        let t = r["topics"].as_array()?.iter().find(|t| t["topic"] == topic)?;
+        let t = r["topics"]
+            .as_array()?
+            .iter()
+            .find(|t| t["topic"] == topic)?;
         (t["max_over_even"].as_f64()? <= 1.1).then(|| leaders(&r, &topic))?
     });
     eprintln!("leaders after the plan: {after}");
@@ -242,14 +266,22 @@ fn unknown_topics_and_topics_being_reassigned_are_refused_by_name() {
     let moves = moves.to_str().unwrap();
     tool(
         REASSIGN,
-        &["--execute", "--throttle", "1", "--reassignment-json-file", moves],
+        &[
+            "--execute",
+            "--throttle",
+            "1",
+            "--reassignment-json-file",
+            moves,
+        ],
     );
     let out = kroute_cmd(&k, &["plan", "--topics", &topic]);
     let err = String::from_utf8_lossy(&out.stderr);
     tool(REASSIGN, &["--cancel", "--reassignment-json-file", moves]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
-        err.contains(&format!("topic {topic} is being reassigned (partitions [0])")),
+        err.contains(&format!(
+            "topic {topic} is being reassigned (partitions [0])"
+        )),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -297,8 +329,16 @@ fn a_group_member_with_far_more_partitions_is_flagged() {
     let k = skew_kroute(&format!(
         "member_margin = 0.2\n\n[lag]\nenabled = true\npoll_interval_ms = 500\ninclude = [\"{group}\"]\n"
     ));
+    // Records in every partition: a member commits only partitions it consumed from, and the
+    // lag collector lists only partitions with commits.
     for t in &topics {
-        produce(&k.bootstrap, t, 60, Produce::default());
+        for partition in 0..3 {
+            let how = Produce {
+                partition: Some(partition),
+                ..Produce::default()
+            };
+            produce(&k.bootstrap, t, 20, how);
+        }
     }
     let stop = Arc::new(AtomicBool::new(false));
     // The range assignor gives the first member 2 of each topic's 3 partitions: 4 against 2.
@@ -308,7 +348,10 @@ fn a_group_member_with_far_more_partitions_is_flagged() {
         .collect();
     let flagged = wait_for("the group in a report", Duration::from_secs(90), || {
         let r = report(&k)?;
-        let g = r["groups"].as_array()?.iter().find(|g| g["group"] == group)?;
+        let g = r["groups"]
+            .as_array()?
+            .iter()
+            .find(|g| g["group"] == group)?;
         let owned: u64 = g["members"]
             .as_array()?
             .iter()
