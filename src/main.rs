@@ -80,6 +80,7 @@ enum Command {
     /// /v1/plan), print its summary, and write the files Kafka's tools apply. kroute never
     /// applies it itself.
     Plan {
+        /// The running kroute's admin endpoint (default: admin.listen of the configuration).
         #[arg(long, value_name = "HOST:PORT")]
         admin: Option<String>,
         /// Topics to plan for, comma-separated.
@@ -101,6 +102,13 @@ enum Command {
 fn main() -> ExitCode {
     let matches = Cli::command().args(overrides::args()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `kroute skew|plan --admin` only talk to a running kroute: no configuration needed.
+    if let Some(
+        command @ (Command::Skew { admin: Some(_), .. } | Command::Plan { admin: Some(_), .. }),
+    ) = cli.command
+    {
+        return ask_admin(command, "");
+    }
     let file = match cli.config {
         Some(path) => ConfigFile::Given(path),
         None => ConfigFile::Default(PathBuf::from(DEFAULT_CONFIG)),
@@ -109,6 +117,12 @@ fn main() -> ExitCode {
         Ok(e) => e,
         Err(e) => {
             eprintln!("kroute: invalid configuration: {e}");
+            if matches!(
+                cli.command,
+                Some(Command::Skew { .. } | Command::Plan { .. })
+            ) {
+                eprintln!("kroute: (--admin HOST:PORT names the running kroute without one)");
+            }
             return ExitCode::from(2);
         }
     };
