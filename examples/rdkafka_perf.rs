@@ -7,6 +7,8 @@
 //! target/release/examples/rdkafka_perf --version
 //! ```
 //!
+//! (bench/skew.sh also uses it as a keyed load generator: see `kroute.keys` below.)
+//!
 //! - RECORDS keyless records (no key: librdkafka's default partitioner, sticky for
 //!   `sticky.partitioning.linger.ms` with keyless records), each a payload of RECORD_SIZE random
 //!   uppercase letters (one buffer, reused for every record, like ProducerPerformance's);
@@ -17,7 +19,14 @@
 //! - `k=v` client properties, passed to librdkafka as they are (e.g. `acks=all linger.ms=5
 //!   enable.idempotence=true`); the example sets only `bootstrap.servers`, `log_level` 4
 //!   (warnings) and `statistics.interval.ms=500` (for the retry and producer-id counts below);
-//!   a `k=v` overrides them.
+//!   a `k=v` overrides them;
+//! - two pseudo-properties, taken out before the rest go to librdkafka (for bench/skew.sh):
+//!   - `kroute.keys=N`: every record gets a key, drawn uniformly at random from N keys
+//!     (`key-0` .. `key-<N-1>`), so librdkafka's default partitioner (`consistent_random`: a
+//!     hash of the key) spreads the records over all partitions of the topic, ~1/P each with N
+//!     well above the partition count P; without it records are keyless, as before;
+//!   - `kroute.seconds=S`: stop sending after S seconds (RECORDS is then an upper bound), flush
+//!     what was sent and report it; all sent records must be acknowledged.
 //!
 //! Latency is per record, from the first `send()` attempt to its delivery report (the
 //! ProducerPerformance definition, queueing in the client included). Output:
@@ -162,6 +171,10 @@ struct Args {
     size: usize,
     throughput: f64,
     props: Vec<(String, String)>,
+    /// `kroute.keys`: a key per record, uniform over this many keys.
+    keys: Option<u64>,
+    /// `kroute.seconds`: stop sending after this long.
+    seconds: Option<f64>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -182,7 +195,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "RECORDS and RECORD_SIZE must be >= 1, THROUGHPUT > 0 or -1\n{USAGE}"
         ));
     }
-    let props = args[5..]
+    let all: Vec<(String, String)> = args[5..]
         .iter()
         .map(|kv| {
             kv.split_once('=')
@@ -190,6 +203,25 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 .ok_or_else(|| format!("property '{kv}' is not k=v"))
         })
         .collect::<Result<_, _>>()?;
+    let (mut keys, mut seconds, mut props) = (None, None, Vec::new());
+    for (k, v) in all {
+        match k.as_str() {
+            "kroute.keys" => match v.parse::<u64>() {
+                Ok(n) if n >= 1 => keys = Some(n),
+                _ => return Err(format!("kroute.keys '{v}': must be an integer >= 1")),
+            },
+            "kroute.seconds" => match v.parse::<f64>() {
+                Ok(s) if s > 0.0 && s.is_finite() => seconds = Some(s),
+                _ => return Err(format!("kroute.seconds '{v}': must be a number > 0")),
+            },
+            _ if k.starts_with("kroute.") => {
+                return Err(format!(
+                    "unknown pseudo-property '{k}' (kroute.keys and kroute.seconds exist)"
+                ));
+            }
+            _ => props.push((k, v)),
+        }
+    }
     Ok(Args {
         bootstrap: args[0].clone(),
         topic: args[1].clone(),
@@ -197,6 +229,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
         size,
         throughput,
         props,
+        keys,
+        seconds,
     })
 }
 
@@ -214,6 +248,25 @@ fn payload(size: usize) -> Vec<u8> {
             b'A' + (x % 26) as u8
         })
         .collect()
+}
+
+/// A xorshift64 generator for the keys (seeded from the clock and the pid).
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Self {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let x = now.map_or(1, |d| d.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
+        Rng(x | 1)
+    }
+
+    /// Uniform in 0..n (Lemire's multiply-shift; the bias is below 2^-32 for the n used here).
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((u128::from(self.0) * u128::from(n)) >> 64) as u64
+    }
 }
 
 /// ProducerPerformance's percentiles: sorted, the value at index `p x count`.
@@ -262,7 +315,7 @@ fn run(args: &Args) -> Result<(), String> {
         tally: Mutex::new(Tally {
             ok: 0,
             bytes: 0,
-            latencies_us: Vec::with_capacity(args.records as usize),
+            latencies_us: Vec::with_capacity(args.records.min(1 << 22) as usize),
             sum_us: 0,
             max_us: 0,
             failed: 0,
@@ -277,10 +330,19 @@ fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("creating the producer: {e}"))?;
     let value = payload(args.size);
     let interval_ns = (args.throughput > 0.0).then(|| 1e9 / args.throughput);
+    let keys: Vec<String> = (0..args.keys.unwrap_or(0))
+        .map(|k| format!("key-{k}"))
+        .collect();
+    let mut rng = Rng::new();
+    let deadline = args.seconds.map(Duration::from_secs_f64);
 
     // the clock starts here, like ProducerPerformance's (its Stats are created before the loop)
     let start = Instant::now();
+    let mut sent = 0u64;
     for i in 0..args.records {
+        if deadline.is_some_and(|d| start.elapsed() >= d) {
+            break;
+        }
         if let Some(iv) = interval_ns {
             let due = start + Duration::from_nanos((iv * i as f64) as u64);
             loop {
@@ -293,7 +355,10 @@ fn run(args: &Args) -> Result<(), String> {
         }
         let sent_ns = producer.context().start.elapsed().as_nanos() as usize;
         let mut record =
-            BaseRecord::<(), [u8], usize>::with_opaque_to(&args.topic, sent_ns).payload(&value);
+            BaseRecord::<[u8], [u8], usize>::with_opaque_to(&args.topic, sent_ns).payload(&value);
+        if !keys.is_empty() {
+            record = record.key(keys[rng.below(keys.len() as u64) as usize].as_bytes());
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -304,6 +369,7 @@ fn run(args: &Args) -> Result<(), String> {
                 Err((e, _)) => return Err(format!("send of record {i} failed: {e}")),
             }
         }
+        sent += 1;
         producer.poll(Duration::ZERO);
         if let Some(f) = producer.context().fatal.lock().unwrap().as_ref() {
             return Err(format!("fatal error after {i} records: {f}"));
@@ -357,7 +423,7 @@ fn run(args: &Args) -> Result<(), String> {
         return Err(format!(
             "{} of {} records failed delivery, the first with: {}",
             t.failed,
-            args.records,
+            sent,
             t.first_error.as_deref().unwrap_or("?")
         ));
     }
@@ -365,8 +431,8 @@ fn run(args: &Args) -> Result<(), String> {
         return Err(format!("fatal error: {f}"));
     }
     flushed.map_err(|e| format!("final flush: {e}"))?;
-    if t.ok != args.records {
-        return Err(format!("{} of {} records acknowledged", t.ok, args.records));
+    if t.ok != sent {
+        return Err(format!("{} of {} records acknowledged", t.ok, sent));
     }
     Ok(())
 }
