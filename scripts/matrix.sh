@@ -157,9 +157,10 @@ run_config() { # CONFIG: start its cluster, run its capabilities, stop it; resul
       awk -F'\t' -v c="$config" '{ printf "matrix.sh: %s: %s: %s %s\n", c, $1, $2, $3 }' >&2
   done < <(capabilities_of "$config")
   scripts/cluster.sh stop >/dev/null 2>&1 || true
-  if [ -n "${MATRIX_ONLY:-}" ] && [ -f "$OUT/results/$config.tsv" ] &&
+  if { [ -n "${MATRIX_ONLY:-}" ] || [ "$CHECK" = 1 ]; } && [ -f "$OUT/results/$config.tsv" ] &&
       ! grep -qP '^cluster\tfail' "$OUT/results/$config.tsv"; then
-    # Keep the rows not run now from the config's last results.
+    # Keep the rows not run now (left out by MATRIX_ONLY, or by --check: SLOW_SETUP) from the
+    # config's last results.
     awk -F'\t' 'NR == FNR { fresh[$1] = 1; next } !($1 in fresh)' \
       "$OUT/results/$config.tsv.part" "$OUT/results/$config.tsv" >>"$OUT/results/$config.tsv.part"
   fi
