@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::librdkafka::{Keys, Produce, produce};
+use common::prometheus::promtool;
 use common::{
-    Kroute, KrouteOptions, cluster, cluster_bootstrap, create_topic, http_get, unique, wait_for,
+    Kroute, KrouteOptions, cluster, cluster_bootstrap, create_topic, http_get, repo_root, unique,
+    wait_for,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message};
@@ -147,6 +149,12 @@ fn the_report_shows_leaders_records_keyed_bytes_and_the_gauges() {
     let gauge = format!("kroute_skew_topic_leaders{{topic=\"{topic}\",broker=\"1\"}} 22");
     assert!(metrics.contains(&gauge), "{gauge} missing");
     assert!(metrics.contains("kroute_skew_broker_partitions_led{broker=\"3\"}"));
+    // The rendered gauges pass Prometheus' own checks next to the registered metrics.
+    let (ok, out) = promtool(&repo_root(), &["check", "metrics"], Some(&metrics));
+    assert!(
+        ok && out.trim().is_empty(),
+        "promtool check metrics:\n{out}"
+    );
 
     let out = kroute_cmd(&k, &["skew"]);
     assert!(out.status.success(), "{out:?}");

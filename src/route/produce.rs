@@ -69,12 +69,12 @@ pub fn plan(
         return unsplit(produce.acks);
     }
     let kept = &proxy.metrics.routing;
-    // A body kroute cannot read goes to the broker untouched: the broker has the last word.
     let body = frame.slice(produce.body_offset..);
     if produce.transactional {
         kept.keep(KeepReason::Transactional, home, body.len());
         return unsplit(produce.acks);
     }
+    // A body kroute cannot read goes to the broker untouched: the broker has the last word.
     let Some(request) = parse_produce_body(&body, head.api_version)
         .ok()
         .and_then(|r| named_topics(r.topics).map(|t| (r.acks, r.timeout_ms, t)))

@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
-use super::layout::{Layout, fetch_layout, reassigning, replica_sizes};
+use super::layout::{Layout, reassigning, replica_sizes};
 use super::plan::{self, PlanError, Request};
-use super::report::{self, Inputs, SkewReport, partition_rates};
-use super::sample::Samples;
+use super::report::{self, Inputs, SkewReport, window_rates};
+use super::sample::{Samples, current_layout};
 use crate::lag::collect::now_ms;
 use crate::proxy::Proxy;
 
@@ -144,7 +144,9 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
     if newest.is_none() {
         return not_sampled(proxy);
     }
-    let layout = match fresh_layout(proxy).await {
+    // The layout now, not at the last sample: a plan made after the previous one was applied
+    // must see its result.
+    let layout = match current_layout(proxy).await {
         Ok(l) => l,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
     };
@@ -164,24 +166,20 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
         }
     };
     // Rates over the rate window, if the chosen topics took any records in it.
-    let window_s = previous
-        .as_ref()
-        .zip(newest.as_ref())
-        .map(|(p, n)| ((n.at_ms - p.at_ms) as f64 / 1000.0).max(0.001));
-    let load = previous
+    let measured = previous
         .zip(newest)
-        .zip(window_s)
-        .map(|((p, n), w)| partition_rates(&p, &n, w))
-        .filter(|r| {
-            r.iter()
+        .and_then(|(p, n)| window_rates(Some(&p), &n))
+        .filter(|(_, rates)| {
+            rates
+                .iter()
                 .any(|((t, _), rate)| topics.contains(t) && *rate > 0.0)
         });
     let sizes = sizes(proxy, &layout, &topics).await;
     let request = Request {
         layout: &layout,
         topics: &topics,
-        load: load.as_ref(),
-        load_window_s: window_s,
+        load: measured.as_ref().map(|(_, rates)| rates),
+        load_window_s: measured.as_ref().map(|(window_s, _)| *window_s),
         sizes: &sizes,
         reassigning: &moving,
         tolerance,
@@ -205,20 +203,6 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
             error(status, e.to_string())
         }
     }
-}
-
-/// The layout now, not at the last sample: a plan made after the previous one was applied must
-/// see its result.
-async fn fresh_layout(proxy: &Proxy) -> anyhow::Result<Layout> {
-    let mut last = anyhow::anyhow!("no broker known");
-    let configured = &proxy.config.upstream.bootstrap_servers;
-    for addr in proxy.cluster.bootstrap_candidates(configured) {
-        match fetch_layout(&proxy.ask(&addr)).await {
-            Ok(l) => return Ok(l),
-            Err(e) => last = e.context(format!("Metadata from {addr}")),
-        }
-    }
-    Err(last)
 }
 
 fn controller(proxy: &Proxy, layout: &Layout) -> Option<String> {

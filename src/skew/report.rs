@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::layout::Layout;
 use super::sample::Sample;
-use super::traffic::{Class, ClassBytes, of};
+use super::traffic::{CLASSES, Class, ClassBytes, of};
 use crate::lag::evaluate::GroupStatus;
 
 /// What the report is built from.
@@ -91,16 +92,14 @@ pub struct MemberReport {
 /// Builds the report.
 pub fn build(inputs: &Inputs<'_>) -> SkewReport {
     let newest = inputs.newest;
-    let window_s = inputs
-        .previous
-        .map(|p| (newest.at_ms - p.at_ms) as f64 / 1000.0)
-        .filter(|w| *w > 0.0);
-    let rates = window_s.and_then(|w| inputs.previous.map(|p| partition_rates(p, newest, w)));
+    let measured = window_rates(inputs.previous, newest);
+    let window_s = measured.as_ref().map(|(w, _)| *w);
+    let rates = measured.as_ref().map(|(_, r)| r);
     SkewReport {
         sampled_at_ms: newest.at_ms,
         window_s,
-        brokers: brokers(inputs, rates.as_ref(), window_s),
-        topics: topics(newest, rates.as_ref()),
+        brokers: brokers(inputs, rates, window_s),
+        topics: topics(newest, rates),
         groups: inputs
             .groups
             .iter()
@@ -115,13 +114,20 @@ pub fn build(inputs: &Inputs<'_>) -> SkewReport {
     }
 }
 
+/// Records/s by (topic, partition).
+pub type Rates = BTreeMap<(String, i32), f64>;
+
+/// Records/s per partition from `previous` to `newest`, and the seconds between them; None
+/// without an earlier sample.
+pub fn window_rates(previous: Option<&Sample>, newest: &Sample) -> Option<(f64, Rates)> {
+    let previous = previous?;
+    let window_s = (newest.at_ms - previous.at_ms) as f64 / 1000.0;
+    (window_s > 0.0).then(|| (window_s, partition_rates(previous, newest, window_s)))
+}
+
 /// Records/s per partition between two samples (partitions read in both only; a log end
 /// that went backwards, a recreated topic, counts as 0).
-pub fn partition_rates(
-    previous: &Sample,
-    newest: &Sample,
-    window_s: f64,
-) -> BTreeMap<(String, i32), f64> {
+fn partition_rates(previous: &Sample, newest: &Sample, window_s: f64) -> Rates {
     newest
         .log_ends
         .iter()
@@ -132,33 +138,39 @@ pub fn partition_rates(
         .collect()
 }
 
-fn brokers(
-    inputs: &Inputs<'_>,
-    rates: Option<&BTreeMap<(String, i32), f64>>,
-    window_s: Option<f64>,
-) -> Vec<BrokerReport> {
+/// Per broker, in one pass over the partitions: records/s appended to those it leads
+/// (where measured) and replicas it holds.
+fn per_broker(
+    layout: &Layout,
+    rates: Option<&Rates>,
+) -> (BTreeMap<i32, f64>, BTreeMap<i32, usize>) {
+    let (mut led_rates, mut replicas) = (BTreeMap::new(), BTreeMap::new());
+    for (topic, p) in layout.partitions() {
+        for r in &p.replicas {
+            *replicas.entry(*r).or_insert(0) += 1;
+        }
+        if let Some(rate) = rates.and_then(|r| r.get(&(topic.to_string(), p.partition))) {
+            *led_rates.entry(p.leader).or_insert(0.0) += rate;
+        }
+    }
+    (led_rates, replicas)
+}
+
+fn brokers(inputs: &Inputs<'_>, rates: Option<&Rates>, window_s: Option<f64>) -> Vec<BrokerReport> {
     let layout = &inputs.newest.layout;
     let led = layout.leaders_per_broker(layout.partitions().map(|(_, p)| p));
+    let (led_rates, replicas) = per_broker(layout, rates);
     let total_records: Option<f64> = rates.map(|r| r.values().sum());
     layout
         .brokers
         .iter()
         .map(|&id| {
-            let records_per_s = rates.map(|r| {
-                layout
-                    .partitions()
-                    .filter(|(_, p)| p.leader == id)
-                    .filter_map(|(t, p)| r.get(&(t.to_string(), p.partition)))
-                    .sum::<f64>()
-            });
+            let records_per_s = rates.map(|_| led_rates.get(&id).copied().unwrap_or(0.0));
             let bytes = window_s.and_then(|w| traffic_rates(inputs, id, w));
             BrokerReport {
                 id,
                 partitions_led: led.get(&id).copied().unwrap_or(0),
-                replicas: layout
-                    .partitions()
-                    .filter(|(_, p)| p.replicas.contains(&id))
-                    .count(),
+                replicas: replicas.get(&id).copied().unwrap_or(0),
                 records_per_s,
                 records_share: records_per_s
                     .zip(total_records)
@@ -168,7 +180,7 @@ fn brokers(
                 produce_bytes_per_s: bytes.map(|b| {
                     Class::ALL
                         .iter()
-                        .map(|c| (c.label(), of_f(&b, *c)))
+                        .map(|c| (c.label(), b[c.index()]))
                         .collect()
                 }),
                 cost_ms: inputs.costs_us.get(&id).copied().flatten().map(|c| c / 1e3),
@@ -178,28 +190,25 @@ fn brokers(
 }
 
 /// Bytes/s by class through kroute to broker `id`.
-fn traffic_rates(inputs: &Inputs<'_>, id: i32, window_s: f64) -> Option<[f64; 6]> {
-    let zero: ClassBytes = [0; 6];
+fn traffic_rates(inputs: &Inputs<'_>, id: i32, window_s: f64) -> Option<[f64; CLASSES]> {
+    let zero: ClassBytes = [0; CLASSES];
     let newest = inputs.newest.traffic.get(&id).unwrap_or(&zero);
     let previous = inputs.previous?.traffic.get(&id).unwrap_or(&zero);
-    let mut rates = [0.0; 6];
+    let mut rates = [0.0; CLASSES];
     for c in Class::ALL {
-        rates[c as usize] = of(newest, c).saturating_sub(of(previous, c)) as f64 / window_s;
+        rates[c.index()] = of(newest, c).saturating_sub(of(previous, c)) as f64 / window_s;
     }
     Some(rates)
 }
 
-fn of_f(rates: &[f64; 6], class: Class) -> f64 {
-    rates[class as usize]
-}
-
-fn unmovable_share(rates: &[f64; 6]) -> Option<f64> {
-    let unmovable = of_f(rates, Class::Keyed) + of_f(rates, Class::Pinned);
-    let looked_at = unmovable + of_f(rates, Class::Kept) + of_f(rates, Class::MovedOut);
+fn unmovable_share(rates: &[f64; CLASSES]) -> Option<f64> {
+    let rate = |c: Class| rates[c.index()];
+    let unmovable = rate(Class::Keyed) + rate(Class::Pinned);
+    let looked_at = unmovable + rate(Class::Kept) + rate(Class::MovedOut);
     (looked_at > 0.0).then(|| unmovable / looked_at)
 }
 
-fn topics(newest: &Sample, rates: Option<&BTreeMap<(String, i32), f64>>) -> Vec<TopicReport> {
+fn topics(newest: &Sample, rates: Option<&Rates>) -> Vec<TopicReport> {
     let layout = &newest.layout;
     layout
         .topics

@@ -112,24 +112,23 @@ pub async fn run(proxy: Arc<Proxy>, samples: Arc<Samples>) {
     }
 }
 
-/// One sample: the layout from a known broker, then each leader's log ends. A leader that
-/// fails leaves its partitions out of this sample (their rates are unknown, not zero).
-async fn take(proxy: &Proxy) -> anyhow::Result<Sample> {
-    let mut last_error = None;
-    let mut layout = None;
+/// The layout now, from the first known broker (or configured bootstrap server) that answers.
+pub async fn current_layout(proxy: &Proxy) -> anyhow::Result<Layout> {
+    let mut last_error = anyhow::anyhow!("no broker known");
     let configured = &proxy.config.upstream.bootstrap_servers;
     for addr in proxy.cluster.bootstrap_candidates(configured) {
         match fetch_layout(&proxy.ask(&addr)).await {
-            Ok(l) => {
-                layout = Some(l);
-                break;
-            }
-            Err(e) => last_error = Some(e.context(addr)),
+            Ok(layout) => return Ok(layout),
+            Err(e) => last_error = e.context(format!("Metadata from {addr}")),
         }
     }
-    let Some(layout) = layout else {
-        return Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no broker known")));
-    };
+    Err(last_error)
+}
+
+/// One sample: the layout from a known broker, then each leader's log ends. A leader that
+/// fails leaves its partitions out of this sample (their rates are unknown, not zero).
+async fn take(proxy: &Proxy) -> anyhow::Result<Sample> {
+    let layout = current_layout(proxy).await?;
     let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
     for (topic, p) in layout.partitions().filter(|(_, p)| p.leader >= 0) {
         by_leader

@@ -5,7 +5,6 @@
 //! ([`super::sample`]) reads the totals and turns two readings into rates.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
@@ -66,21 +65,24 @@ impl Class {
         }
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         self as usize
     }
 }
 
 /// Bytes by class, for one broker.
-pub type ClassBytes = [u64; Class::ALL.len()];
+pub type ClassBytes = [u64; CLASSES];
+
+/// How many classes there are.
+pub const CLASSES: usize = Class::ALL.len();
 
 #[derive(Default)]
-struct Totals([AtomicU64; Class::ALL.len()]);
+struct Totals([AtomicU64; CLASSES]);
 
 /// Produce bytes by broker and class, since kroute started.
 #[derive(Default)]
 pub struct ProduceTraffic {
-    brokers: DashMap<i32, Arc<Totals>>,
+    brokers: DashMap<i32, Totals>,
 }
 
 impl ProduceTraffic {
@@ -94,11 +96,13 @@ impl ProduceTraffic {
         if node < 0 {
             return;
         }
-        let totals = match self.brokers.get(&node) {
-            Some(t) => t.clone(),
-            None => self.brokers.entry(node).or_default().clone(),
+        let add =
+            |totals: &Totals| totals.0[class.index()].fetch_add(bytes as u64, Ordering::Relaxed);
+        // A read lock on the map's shard; its write lock only for a broker's first batch.
+        match self.brokers.get(&node) {
+            Some(totals) => add(&totals),
+            None => add(&self.brokers.entry(node).or_default()),
         };
-        totals.0[class.index()].fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// A batch moved from `from` to `to`.
@@ -112,7 +116,7 @@ impl ProduceTraffic {
         self.brokers
             .iter()
             .map(|e| {
-                let mut bytes = [0; Class::ALL.len()];
+                let mut bytes = [0; CLASSES];
                 for (b, a) in bytes.iter_mut().zip(e.value().0.iter()) {
                     *b = a.load(Ordering::Relaxed);
                 }
