@@ -10,6 +10,7 @@
 //! [`lag`] judges consumer groups' lag with Burrow's rules and estimates it in seconds.
 
 pub mod admin;
+pub mod balance;
 pub mod client;
 pub mod cluster;
 pub mod config;

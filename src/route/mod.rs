@@ -15,9 +15,7 @@ pub mod join;
 pub mod produce;
 pub mod producers;
 pub mod recovery;
-pub mod scores;
 pub mod sequence;
-pub mod strategy;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +24,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 use kafka_protocol::protocol::Message;
 
+use crate::balance::scores::{ScoreConfig, Scores};
+use crate::balance::strategy::{StrictCost, Tuning};
 use crate::config::RoutingConfig;
 use crate::protocol::header::{Malformed, RequestHead, produce_head};
 use crate::protocol::versions::unsupported_api_versions_body;
@@ -33,8 +33,6 @@ use crate::proxy::Proxy;
 use crate::security::Permit;
 use crate::upstream::Reply;
 use producers::Producers;
-use scores::{ScoreConfig, Scores};
-use strategy::StrictCost;
 use tokio::sync::oneshot;
 
 /// What to do with one request.
@@ -95,7 +93,7 @@ impl Router {
                 decay: Duration::from_millis(config.score_decay_ms),
                 stale_after: Duration::from_millis(config.score_stale_ms),
             }),
-            strict_cost: StrictCost::new(Duration::from_millis(config.lease_ms)),
+            strict_cost: StrictCost::new(Tuning::new(Duration::from_millis(config.lease_ms))),
             producers: Producers::new(
                 Duration::from_millis(config.producer_expiry_ms),
                 config.max_producers,

@@ -38,12 +38,12 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
 
+use crate::balance::scores::BrokerScore;
 use crate::metrics::BrokerMetrics;
 use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
-use crate::route::scores::BrokerScore;
 use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
 use deadline::Limit;

@@ -128,6 +128,19 @@ impl BrokerScore {
         self.latency_gauge.set(next / 1e6);
     }
 
+    /// Whether anything new is known since `since`: an answer, or requests in flight for longer
+    /// than the latest estimate (the broker stalls).
+    pub fn news_since(&self, since: Instant, now: Instant) -> bool {
+        let now_micros = self.micros(now);
+        let s = self.state();
+        let answered = s.estimate.is_some_and(|e| e.at > since);
+        let stalled = s.in_flight > 0 && {
+            let age = now_micros.saturating_sub(s.sent_sum_micros / s.in_flight) as f64;
+            s.estimate.is_none_or(|e| age > e.micros)
+        };
+        answered || stalled
+    }
+
     /// The cost (µs) of sending to this broker now, or None without recent evidence.
     pub fn cost(&self, now: Instant, config: &ScoreConfig) -> Option<f64> {
         let now_micros = self.micros(now);
@@ -162,8 +175,14 @@ pub struct Scores {
 
 impl Scores {
     pub fn new(config: ScoreConfig) -> Self {
+        Self::since(config, Instant::now())
+    }
+
+    /// Scores whose clock starts at `epoch`: no time passed to them may be earlier (the
+    /// simulator's virtual clock starts there).
+    pub fn since(config: ScoreConfig, epoch: Instant) -> Self {
         Self {
-            epoch: Instant::now(),
+            epoch,
             config,
             brokers: DashMap::new(),
         }
@@ -191,6 +210,14 @@ impl Scores {
     /// Marks `node` unreachable for the stale period.
     pub fn unreachable(&self, node: i32, now: Instant) {
         self.broker(node).unavailable(now, self.config.stale_after);
+    }
+
+    /// Which of `nodes` have news since `since` (see [`BrokerScore::news_since`]).
+    pub fn news(&self, nodes: &[i32], since: Instant, now: Instant) -> Vec<bool> {
+        nodes
+            .iter()
+            .map(|n| self.broker(*n).news_since(since, now))
+            .collect()
     }
 
     /// Costs of `nodes` at `now` (None = no recent evidence).

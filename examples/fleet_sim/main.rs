@@ -1,0 +1,400 @@
+//! The fleet simulator: N kroute sidecars sharing one cluster, with kroute's own routing core
+//! (`kroute::balance`) under a virtual clock, against plain-client baselines and the oracle.
+//!
+//! ```text
+//! cargo run --release --example fleet_sim -- --scenarios drop --sidecars 100,1000,10000
+//! cargo run --release --example fleet_sim -- --validate
+//! cargo run --release --example fleet_sim -- --all --out docs/fleet-sim.md
+//! ```
+//!
+//! Layout after C3's absim: the cluster model (`cluster`), the clients (`fleet`), the event
+//! loop (`run`), the measurements (`measure`) and, here, the scenarios and the report.
+
+mod cluster;
+mod fleet;
+mod measure;
+mod run;
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use clap::Parser;
+use kroute::balance::strategy::{Equalize, Rule};
+
+use cluster::Shape;
+use fleet::{Phases, Policy};
+use run::{Pattern, Scenario, Trace};
+
+#[derive(Parser)]
+struct Args {
+    /// Scenarios to run (see `--list`).
+    #[arg(long, value_delimiter = ',', default_value = "drop")]
+    scenarios: Vec<String>,
+    /// Fleet sizes.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    sidecars: Vec<usize>,
+    /// Policies: kroute, linear, uniform, kip794, p2c, oracle.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kroute,linear,uniform,kip794,p2c,oracle"
+    )]
+    policies: Vec<String>,
+    /// Every scenario.
+    #[arg(long)]
+    all: bool,
+    /// Validate the queue model against M/M/1 and stop.
+    #[arg(long)]
+    validate: bool,
+    /// Print the scenarios and stop.
+    #[arg(long)]
+    list: bool,
+    /// Write the markdown report here too.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Lease of the kroute strategy, ms.
+    #[arg(long, default_value_t = 250)]
+    lease_ms: u64,
+    /// Print every run's 1 s shares of each broker (stderr).
+    #[arg(long)]
+    series: bool,
+    /// Rule parameters of `kroute` (gain,max_step,pull,band,floor), to try others.
+    #[arg(long, value_delimiter = ',')]
+    rule: Option<Vec<f64>>,
+}
+
+/// Three brokers, RF 3, small requests (so 10,000 sidecars each still send a few a second).
+fn three_brokers(leaders: Vec<u32>) -> Shape {
+    Shape {
+        leaders,
+        capacity: 50e6,
+        replication: 3,
+        repl_cost: 0.3,
+        net: 0.000_25,
+        fetch_delay: 0.000_5,
+        overhead: 0.000_005,
+        slow_replicas: false,
+    }
+}
+
+fn scenario(name: &str) -> Option<Scenario> {
+    let base = Scenario {
+        name: name.to_string(),
+        shape: three_brokers(vec![12, 12, 12]),
+        load: 0.8,
+        seconds: 120.0,
+        pattern: Pattern::Drop {
+            broker: 1,
+            at: 40.0,
+            until: 80.0,
+            factor: 0.5,
+        },
+        plain: 0.0,
+        phases: Phases::Random,
+        mean_bytes: 2048.0,
+    };
+    let square = |period: f64| Pattern::Square {
+        broker: 1,
+        period,
+        factor: 0.5,
+        from: 20.0,
+    };
+    Some(match name {
+        "drop" => base,
+        "drop-aligned" => Scenario {
+            phases: Phases::Aligned,
+            ..base
+        },
+        "antagonist-1s" => Scenario {
+            pattern: square(1.0),
+            seconds: 60.0,
+            ..base
+        },
+        "antagonist-5s" => Scenario {
+            pattern: square(5.0),
+            seconds: 60.0,
+            ..base
+        },
+        "antagonist-20s" => Scenario {
+            pattern: square(20.0),
+            seconds: 100.0,
+            ..base
+        },
+        "hetero" => Scenario {
+            pattern: Pattern::Fixed(vec![1.0, 0.6, 0.8]),
+            seconds: 60.0,
+            ..base
+        },
+        "skew-22-10-4" => Scenario {
+            shape: three_brokers(vec![22, 10, 4]),
+            ..base
+        },
+        "half-plain" => Scenario { plain: 0.5, ..base },
+        "drop-slow-disk" => Scenario {
+            shape: Shape {
+                slow_replicas: true,
+                ..three_brokers(vec![12, 12, 12])
+            },
+            ..base
+        },
+        "brokers30" => Scenario {
+            shape: Shape {
+                leaders: vec![4; 30],
+                ..three_brokers(vec![])
+            },
+            pattern: Pattern::DropMany {
+                brokers: vec![1, 17],
+                at: 40.0,
+                until: 80.0,
+                factor: 0.5,
+            },
+            ..base
+        },
+        _ => return None,
+    })
+}
+
+const ALL: &[&str] = &[
+    "drop",
+    "drop-aligned",
+    "antagonist-1s",
+    "antagonist-5s",
+    "antagonist-20s",
+    "hetero",
+    "skew-22-10-4",
+    "half-plain",
+    "brokers30",
+    "drop-slow-disk",
+];
+
+fn policy(name: &str, rule: Rule) -> Option<Policy> {
+    Some(match name {
+        "kroute" => Policy::Kroute(rule),
+        "linear" => Policy::Kroute(Rule::Linear),
+        "uniform" => Policy::Uniform,
+        "kip794" => Policy::Kip794,
+        "p2c" => Policy::TwoChoices,
+        "oracle" => Policy::Oracle,
+        _ => return None,
+    })
+}
+
+/// One row of the report.
+struct Row {
+    policy: &'static str,
+    trace: Trace,
+}
+
+fn main() {
+    let args = Args::parse();
+    if args.list {
+        println!("{}", ALL.join("\n"));
+        return;
+    }
+    if args.validate {
+        print!("{}", validate());
+        return;
+    }
+    let rule = match args.rule.as_deref() {
+        Some([gain, max_step, pull, band, floor]) => Rule::Equalize(Equalize {
+            gain: *gain,
+            max_step: *max_step,
+            pull: *pull,
+            band: *band,
+            floor: *floor,
+        }),
+        Some(_) => {
+            eprintln!("--rule takes gain,max_step,pull,band,floor");
+            std::process::exit(2);
+        }
+        None => Rule::DEFAULT,
+    };
+    let names: Vec<String> = if args.all {
+        ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.scenarios.clone()
+    };
+    let lease = Duration::from_millis(args.lease_ms);
+    let mut report = format!(
+        "Command: `cargo run --release --example fleet_sim -- {}`\n\nRule: {rule:?}, lease {} ms\n",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        args.lease_ms
+    );
+    for name in &names {
+        let Some(sc) = scenario(name) else {
+            eprintln!("unknown scenario {name}; --list shows them");
+            std::process::exit(2);
+        };
+        for &n in &args.sidecars {
+            let mut rows = Vec::new();
+            for p in &args.policies {
+                let Some(policy) = policy(p, rule) else {
+                    eprintln!("unknown policy {p}");
+                    std::process::exit(2);
+                };
+                let trace = run::run(&sc, n, policy, args.seed, lease);
+                eprintln!(
+                    "{name} N={n} {}: {} requests in {:.1} s",
+                    policy.name(),
+                    trace.requests,
+                    trace.wall.as_secs_f64()
+                );
+                if args.series {
+                    for sec in 0..sc.seconds as usize {
+                        let sh = trace.shares(sec as f64, sec as f64 + 1.0);
+                        let line: Vec<String> = sh.iter().take(4).map(|x| pts(*x)).collect();
+                        eprintln!("  t={sec} {}", line.join(" "));
+                    }
+                }
+                rows.push(Row {
+                    policy: policy.name(),
+                    trace,
+                });
+            }
+            let table = table(&sc, n, &rows);
+            print!("{table}");
+            report.push_str(&table);
+        }
+    }
+    if let Some(out) = args.out
+        && let Err(e) = std::fs::write(&out, &report)
+    {
+        eprintln!("cannot write {}: {e}", out.display());
+        std::process::exit(1);
+    }
+}
+
+fn pts(x: f64) -> String {
+    format!("{:.1}", x * 100.0)
+}
+
+fn opt_s(x: Option<f64>) -> String {
+    x.map_or("never".into(), |s| format!("{s:.1}"))
+}
+
+/// The report of one scenario and fleet size: a row per policy, and the goals for kroute.
+fn table(sc: &Scenario, n: usize, rows: &[Row]) -> String {
+    let watched = match &sc.pattern {
+        Pattern::Drop { broker, .. } | Pattern::Square { broker, .. } => *broker,
+        Pattern::DropMany { brokers, .. } => brokers[0],
+        Pattern::Fixed(f) => (0..f.len())
+            .min_by(|a, b| f[*a].total_cmp(&f[*b]))
+            .unwrap_or(0),
+    };
+    let end = sc.seconds;
+    let (at, until) = sc.pattern.step().unwrap_or((end, end));
+    let mut s = format!(
+        "\n### {} — N = {n}, {} brokers, load {:.0}%{}\n\n",
+        sc.name,
+        sc.shape.brokers(),
+        sc.load * 100.0,
+        if sc.plain > 0.0 {
+            ", half the fleet plain (KIP-794)"
+        } else {
+            ""
+        }
+    );
+    if sc.pattern.step().is_some() {
+        s.push_str("| policy | broker share before / degraded / after (oracle) | 1 s p-p max | mean 1 s change | converge s | recover s | overshoot | p99 ms steady | p99 5 s after drop | p99 degraded | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    } else {
+        s.push_str("| policy | broker share (oracle) | 1 s p-p max | mean 1 s change | p99 ms | wall s |\n|---|---|---|---|---|---|\n");
+    }
+    for r in rows {
+        let t = &r.trace;
+        if sc.pattern.step().is_some() {
+            let before = t.shares(10.0, at)[watched];
+            let during = t.shares(at + 10.0, until)[watched];
+            let after = t.shares(until + 10.0, end)[watched];
+            let o = t.oracle_share(watched, at + 10.0, until);
+            let o_before = t.oracle_share(watched, 10.0, at);
+            let converge = t.settles(watched, o, at, until, 0.03, 0.05);
+            let recover = t.settles(watched, o_before, until, end, 0.03, 0.05);
+            let overshoot = t
+                .second_shares(watched, until, end)
+                .iter()
+                .map(|x| x - o_before)
+                .fold(0.0, f64::max);
+            let pp = t
+                .peak_to_peak(10.0, at)
+                .max(t.peak_to_peak(at + 10.0, until))
+                .max(t.peak_to_peak(until + 10.0, end));
+            let change = t.mean_change(watched, at + 10.0, until);
+            let _ = writeln!(
+                s,
+                "| {} | {} / {} / {} ({}) | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} |",
+                r.policy,
+                pts(before),
+                pts(during),
+                pts(after),
+                pts(o),
+                pts(pp),
+                pts(change),
+                opt_s(converge),
+                opt_s(recover),
+                pts(overshoot),
+                t.percentile(0.99, 10.0, at)
+                    .max(t.percentile(0.99, at + 10.0, until)),
+                t.percentile(0.99, at, at + 5.0),
+                t.percentile(0.99, at, until),
+                t.wall.as_secs_f64()
+            );
+        } else {
+            let share = t.shares(20.0, end)[watched];
+            let o = t.oracle_share(watched, 20.0, end);
+            let _ = writeln!(
+                s,
+                "| {} | {} ({}) | {} | {} | {:.2} | {:.1} |",
+                r.policy,
+                pts(share),
+                pts(o),
+                pts(t.peak_to_peak(20.0, end)),
+                pts(t.mean_change(watched, 20.0, end)),
+                t.percentile(0.99, 20.0, end),
+                t.wall.as_secs_f64()
+            );
+        }
+    }
+    s
+}
+
+/// The queue model against M/M/1: one broker, no replication, no network, exponential sizes.
+fn validate() -> String {
+    let mut s =
+        String::from("| load | mean ms (sim / M/M/1) | p99 ms (sim / M/M/1) |\n|---|---|---|\n");
+    for rho in [0.5, 0.8, 0.9] {
+        let sc = Scenario {
+            name: "mm1".into(),
+            shape: Shape {
+                leaders: vec![1],
+                capacity: 10e6,
+                replication: 1,
+                repl_cost: 0.0,
+                net: 0.0,
+                fetch_delay: 0.0,
+                overhead: 0.0,
+                slow_replicas: false,
+            },
+            load: rho,
+            seconds: 200.0,
+            pattern: Pattern::Fixed(vec![1.0]),
+            plain: 0.0,
+            phases: Phases::Random,
+            mean_bytes: 10_000.0,
+        };
+        let t = run::run(&sc, 10, Policy::Uniform, 7, Duration::from_millis(250));
+        let mu = sc.shape.capacity / sc.mean_bytes;
+        let lambda = rho * mu;
+        let mean = 1000.0 / (mu - lambda);
+        let p99 = 1000.0 * (100.0f64).ln() / (mu - lambda);
+        let sim_mean = t.percentile(0.5, 10.0, 200.0) / (2.0f64).ln() * 1.0;
+        let _ = writeln!(
+            s,
+            "| {rho} | {:.2} / {mean:.2} (from the median) | {:.2} / {p99:.2} |",
+            sim_mean,
+            t.percentile(0.99, 10.0, 200.0)
+        );
+    }
+    s
+}
