@@ -99,9 +99,9 @@ impl Cluster {
         bytes: f64,
         factor: impl Fn(usize) -> f64,
     ) -> f64 {
-        let arrive = t + self.shape.fetch_delay;
         let work = self.shape.repl_cost * bytes / self.shape.capacity;
         let followers: Vec<usize> = self.shape.followers(b).collect();
+        let arrive = t + self.shape.fetch_delay;
         let slow = self.shape.slow_replicas;
         followers
             .into_iter()

@@ -94,6 +94,8 @@ fn scenario(name: &str) -> Option<Scenario> {
         plain: 0.0,
         phases: Phases::Random,
         mean_bytes: 2048.0,
+        fixed_size: false,
+        offered: None,
     };
     let square = |period: f64| Pattern::Square {
         broker: 1,
@@ -139,11 +141,14 @@ fn scenario(name: &str) -> Option<Scenario> {
             },
             ..base
         },
+        // Requests 8x larger than with 3 brokers, so that a run is as many requests as the
+        // 3-broker ones (the cluster's capacity is 10x).
         "brokers30" => Scenario {
             shape: Shape {
                 leaders: vec![4; 30],
                 ..three_brokers(vec![])
             },
+            mean_bytes: 16_384.0,
             pattern: Pattern::DropMany {
                 brokers: vec![1, 17],
                 at: 40.0,
@@ -301,6 +306,7 @@ fn table(sc: &Scenario, n: usize, rows: &[Row]) -> String {
     } else {
         s.push_str("| policy | broker share (oracle) | 1 s p-p max | mean 1 s change | p99 ms | wall s |\n|---|---|---|---|---|---|\n");
     }
+    let goal_rows = goals(sc, rows, watched);
     for r in rows {
         let t = &r.trace;
         if sc.pattern.step().is_some() {
@@ -356,7 +362,65 @@ fn table(sc: &Scenario, n: usize, rows: &[Row]) -> String {
             );
         }
     }
+    s.push_str(&goal_rows);
     s
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
+/// The issue's goals for the kroute row of a drop scenario, against the oracle and KIP-794
+/// rows of the same run (empty when any of the three is missing).
+fn goals(sc: &Scenario, rows: &[Row], watched: usize) -> String {
+    let Some((at, until)) = sc.pattern.step() else {
+        return String::new();
+    };
+    let find = |name: &str| rows.iter().find(|r| r.policy == name).map(|r| &r.trace);
+    let (Some(k), Some(o), Some(p)) = (find("kroute"), find("oracle"), find("kip-794")) else {
+        return String::new();
+    };
+    let end = sc.seconds;
+    let target = k.oracle_share(watched, at + 10.0, until);
+    let equal = k.oracle_share(watched, 10.0, at);
+    let converge = k.settles(watched, target, at, until, 0.03, 0.05);
+    let recover = k.settles(watched, equal, until, end, 0.03, 0.05);
+    let overshoot = k
+        .second_shares(watched, until, end)
+        .iter()
+        .map(|x| x - equal)
+        .fold(0.0, f64::max);
+    let pp = k
+        .peak_to_peak(10.0, at)
+        .max(k.peak_to_peak(at + 10.0, until))
+        .max(k.peak_to_peak(until + 10.0, end));
+    let steady = |t: &Trace| {
+        t.percentile(0.99, 10.0, at)
+            .max(t.percentile(0.99, at + 10.0, until))
+    };
+    let p99_steady = steady(k) / steady(o);
+    let p99_change = k.percentile(0.99, at, at + 5.0) / o.percentile(0.99, at, at + 5.0);
+    let p99_degraded = k.percentile(0.99, at, until) / p.percentile(0.99, at, until);
+    format!(
+        "\nGoals (kroute): converge to the oracle's share ±3 pts within 2 s and stay ±5: {} ({}); \
+         1 s peak-to-peak <= 4 pts: {} ({}); recover to equal ±3 pts within 3 s: {} ({}); \
+         overshoot <= 5 pts: {} ({}); p99 <= 1.25x oracle in steady state: {} ({:.2}x); \
+         <= 2x for 5 s after the drop: {} ({:.2}x); <= 0.5x KIP-794 while degraded: {} ({:.2}x)\n",
+        mark(converge.is_some_and(|c| c <= 2.0)),
+        opt_s(converge),
+        mark(pp <= 0.04),
+        pts(pp),
+        mark(recover.is_some_and(|r| r <= 3.0)),
+        opt_s(recover),
+        mark(overshoot <= 0.05),
+        pts(overshoot),
+        mark(p99_steady <= 1.25),
+        p99_steady,
+        mark(p99_change <= 2.0),
+        p99_change,
+        mark(p99_degraded <= 0.5),
+        p99_degraded,
+    )
 }
 
 /// The queue model against M/M/1: one broker, no replication, no network, exponential sizes.
@@ -382,6 +446,8 @@ fn validate() -> String {
             plain: 0.0,
             phases: Phases::Random,
             mean_bytes: 10_000.0,
+            fixed_size: false,
+            offered: None,
         };
         let t = run::run(&sc, 10, Policy::Uniform, 7, Duration::from_millis(250));
         let mu = sc.shape.capacity / sc.mean_bytes;

@@ -202,7 +202,12 @@ impl Rotation {
 /// little hears of each broker seldom: acting once per answer but for the whole time since the
 /// last one keeps the fleet's speed the same whether 100 sidecars hear of a broker every lease
 /// or 10,000 hear once a second (their errors average out over the fleet).
-pub fn equalize(shares: &[f64], costs: &[Option<f64>], leases: &[f64], rule: &Equalize) -> Vec<f64> {
+pub fn equalize(
+    shares: &[f64],
+    costs: &[Option<f64>],
+    leases: &[f64],
+    rule: &Equalize,
+) -> Vec<f64> {
     let total: f64 = shares.iter().sum();
     let equal = total / shares.len() as f64;
     let known: f64 = shares
@@ -288,7 +293,14 @@ impl StrictCost {
     ) -> Vec<f64> {
         match (self.tuning.rule, current) {
             (Rule::Linear, _) => weights(costs),
-            (Rule::Equalize(_), None) => vec![1.0 / costs.len() as f64; costs.len()],
+            // A new set of brokers (start, leader change) starts from Astraea's weights of
+            // what is already known, so a broker known to be slow is not sent an equal share
+            // while the shares walk.
+            (Rule::Equalize(_), None) => {
+                let w = weights(costs);
+                let total: f64 = w.iter().sum();
+                w.iter().map(|x| x / total).collect()
+            }
             (Rule::Equalize(rule), Some(shares)) => {
                 if costs.iter().all(Option::is_none) {
                     return shares.to_vec();

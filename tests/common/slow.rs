@@ -102,10 +102,12 @@ pub fn share_of_broker_2(before: [f64; 3], after: [f64; 3]) -> f64 {
 /// Broker 2's delay in a [`slow_world`].
 pub const SLOW_MS: u32 = 40;
 
-/// The share of the bytes strict-cost leaves a broker slower by [`SLOW_MS`] than two others
-/// that answer in `base_ms`: weights are `max - cost + min` (src/route/strategy.rs), so the
-/// fast brokers weigh `SLOW_MS + base` and the slow one `base`. The share grows with the base
-/// latency, which load raises (over SASL_SSL with a CPU hog the fast brokers took about 45 ms).
+/// The share of the bytes Astraea's linear rule (`Rule::Linear` in src/balance/strategy.rs)
+/// leaves a broker slower by [`SLOW_MS`] than two others that answer in `base_ms`: weights are
+/// `max - cost + min`, so the fast brokers weigh `SLOW_MS + base` and the slow one `base`. The
+/// share grows with the base latency, which load raises (over SASL_SSL with a CPU hog the fast
+/// brokers took about 45 ms). The default rule gives a slow broker less: its share falls
+/// towards the probe floor for as long as it stays slower than the band.
 pub fn slow_share(base_ms: f64) -> f64 {
     let slow = f64::from(SLOW_MS);
     base_ms / (3.0 * base_ms + 2.0 * slow)
