@@ -41,3 +41,23 @@ poll() {
 
 # port_open HOST PORT: whether something accepts connections there.
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# Uses the relayed cluster in $KROUTE_CLUSTER_DIR if it runs, else starts one; sets BOOT (its
+# bootstrap), caps_before (the caps to put back, when it was running) and started_cluster=1 (when
+# this call started it). Needs the caller's say and die.
+relayed_cluster_up() {
+  if scripts/cluster.sh status >/dev/null 2>&1; then
+    grep -qx 'mode relayed' < <(scripts/cluster.sh status) ||
+      die "the cluster in $KROUTE_CLUSTER_DIR runs in direct mode; stop it or give another KROUTE_CLUSTER_DIR"
+    caps_before=$(scripts/cluster.sh caps)
+    say "using the running cluster in $KROUTE_CLUSTER_DIR"
+  else
+    scripts/cluster.sh status 2>/dev/null | grep -q ' running pid=' &&
+      die "the cluster in $KROUTE_CLUSTER_DIR is partly running; fix it (scripts/cluster.sh status) first"
+    scripts/cluster.sh stop >/dev/null 2>&1 || true
+    say "starting a cluster (relayed mode, port offset $KROUTE_CLUSTER_PORT_OFFSET, $KROUTE_CLUSTER_DIR)"
+    started_cluster=1
+    scripts/cluster.sh start --relayed >/dev/null
+  fi
+  BOOT=$(scripts/cluster.sh bootstrap)
+}

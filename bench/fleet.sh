@@ -162,20 +162,7 @@ fi
 [ -x "$RDKAFKA_PERF_BIN" ] || die "$RDKAFKA_PERF_BIN not found (cargo build --release --example rdkafka_perf)"
 CLIENT_VERSION=$("$RDKAFKA_PERF_BIN" --version)
 
-if scripts/cluster.sh status >/dev/null 2>&1; then
-  grep -qx 'mode relayed' < <(scripts/cluster.sh status) ||
-    die "the cluster in $KROUTE_CLUSTER_DIR runs in direct mode; stop it or give another KROUTE_CLUSTER_DIR"
-  caps_before=$(scripts/cluster.sh caps)
-  say "using the running cluster in $KROUTE_CLUSTER_DIR"
-else
-  scripts/cluster.sh status 2>/dev/null | grep -q ' running pid=' &&
-    die "the cluster in $KROUTE_CLUSTER_DIR is partly running; fix it (scripts/cluster.sh status) first"
-  scripts/cluster.sh stop >/dev/null 2>&1 || true
-  say "starting a cluster (relayed mode, port offset $KROUTE_CLUSTER_PORT_OFFSET, $KROUTE_CLUSTER_DIR)"
-  started_cluster=1
-  scripts/cluster.sh start --relayed >/dev/null
-fi
-BOOT=$(scripts/cluster.sh bootstrap)
+relayed_cluster_up
 # the brokers' own listeners, for the sampler (the relays would queue its requests behind the cap)
 SAMPLE_AT=1=127.0.0.1:$((19092 + KROUTE_CLUSTER_PORT_OFFSET)),2=127.0.0.1:$((19093 + KROUTE_CLUSTER_PORT_OFFSET)),3=127.0.0.1:$((19094 + KROUTE_CLUSTER_PORT_OFFSET))
 for b in 1 2 3; do scripts/cluster.sh cap "$b" 0 >/dev/null || die "scripts/cluster.sh cap $b 0 failed"; done

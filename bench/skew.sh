@@ -504,20 +504,7 @@ trap 'exit 130' INT TERM
 # cluster and tools
 
 cluster_up() {
-  if scripts/cluster.sh status >/dev/null 2>&1; then
-    grep -qx 'mode relayed' < <(scripts/cluster.sh status) ||
-      die "the cluster in $KROUTE_CLUSTER_DIR runs in direct mode; stop it or give another KROUTE_CLUSTER_DIR"
-    caps_before=$(scripts/cluster.sh caps)
-    say "using the running cluster in $KROUTE_CLUSTER_DIR"
-  else
-    scripts/cluster.sh status 2>/dev/null | grep -q ' running pid=' &&
-      die "the cluster in $KROUTE_CLUSTER_DIR is partly running; fix it (scripts/cluster.sh status) first"
-    scripts/cluster.sh stop >/dev/null 2>&1 || true
-    say "starting a cluster (relayed mode, port offset $KROUTE_CLUSTER_PORT_OFFSET, $KROUTE_CLUSTER_DIR)"
-    started_cluster=1
-    scripts/cluster.sh start --relayed >/dev/null
-  fi
-  BOOT=$(scripts/cluster.sh bootstrap)
+  relayed_cluster_up
   local b
   for b in 1 2 3; do scripts/cluster.sh cap "$b" "$CAP" 2>/dev/null || die "scripts/cluster.sh cap $b $CAP failed"; done
   say "bootstrap $BOOT, every broker capped at $CAP MB/s each way"

@@ -94,8 +94,6 @@ fn scenario(name: &str) -> Option<Scenario> {
         plain: 0.0,
         phases: Phases::Random,
         mean_bytes: 2048.0,
-        fixed_size: false,
-        offered: None,
     };
     let square = |period: f64| Pattern::Square {
         broker: 1,
@@ -314,18 +312,7 @@ fn table(sc: &Scenario, n: usize, rows: &[Row]) -> String {
             let during = t.shares(at + 10.0, until)[watched];
             let after = t.shares(until + 10.0, end)[watched];
             let o = t.oracle_share(watched, at + 10.0, until);
-            let o_before = t.oracle_share(watched, 10.0, at);
-            let converge = t.settles(watched, o, at, until, 0.03, 0.05);
-            let recover = t.settles(watched, o_before, until, end, 0.03, 0.05);
-            let overshoot = t
-                .second_shares(watched, until, end)
-                .iter()
-                .map(|x| x - o_before)
-                .fold(0.0, f64::max);
-            let pp = t
-                .peak_to_peak(10.0, at)
-                .max(t.peak_to_peak(at + 10.0, until))
-                .max(t.peak_to_peak(until + 10.0, end));
+            let step = t.step(watched, at, until, end);
             let change = t.mean_change(watched, at + 10.0, until);
             let _ = writeln!(
                 s,
@@ -335,11 +322,11 @@ fn table(sc: &Scenario, n: usize, rows: &[Row]) -> String {
                 pts(during),
                 pts(after),
                 pts(o),
-                pts(pp),
+                pts(step.peak_to_peak),
                 pts(change),
-                opt_s(converge),
-                opt_s(recover),
-                pts(overshoot),
+                opt_s(step.converge),
+                opt_s(step.recover),
+                pts(step.overshoot),
                 t.percentile(0.99, 10.0, at)
                     .max(t.percentile(0.99, at + 10.0, until)),
                 t.percentile(0.99, at, at + 5.0),
@@ -380,20 +367,7 @@ fn goals(sc: &Scenario, rows: &[Row], watched: usize) -> String {
     let (Some(k), Some(o), Some(p)) = (find("kroute"), find("oracle"), find("kip-794")) else {
         return String::new();
     };
-    let end = sc.seconds;
-    let target = k.oracle_share(watched, at + 10.0, until);
-    let equal = k.oracle_share(watched, 10.0, at);
-    let converge = k.settles(watched, target, at, until, 0.03, 0.05);
-    let recover = k.settles(watched, equal, until, end, 0.03, 0.05);
-    let overshoot = k
-        .second_shares(watched, until, end)
-        .iter()
-        .map(|x| x - equal)
-        .fold(0.0, f64::max);
-    let pp = k
-        .peak_to_peak(10.0, at)
-        .max(k.peak_to_peak(at + 10.0, until))
-        .max(k.peak_to_peak(until + 10.0, end));
+    let step = k.step(watched, at, until, sc.seconds);
     let steady = |t: &Trace| {
         t.percentile(0.99, 10.0, at)
             .max(t.percentile(0.99, at + 10.0, until))
@@ -406,14 +380,14 @@ fn goals(sc: &Scenario, rows: &[Row], watched: usize) -> String {
          1 s peak-to-peak <= 4 pts: {} ({}); recover to equal ±3 pts within 3 s: {} ({}); \
          overshoot <= 5 pts: {} ({}); p99 <= 1.25x oracle in steady state: {} ({:.2}x); \
          <= 2x for 5 s after the drop: {} ({:.2}x); <= 0.5x KIP-794 while degraded: {} ({:.2}x)\n",
-        mark(converge.is_some_and(|c| c <= 2.0)),
-        opt_s(converge),
-        mark(pp <= 0.04),
-        pts(pp),
-        mark(recover.is_some_and(|r| r <= 3.0)),
-        opt_s(recover),
-        mark(overshoot <= 0.05),
-        pts(overshoot),
+        mark(step.converge.is_some_and(|c| c <= 2.0)),
+        opt_s(step.converge),
+        mark(step.peak_to_peak <= 0.04),
+        pts(step.peak_to_peak),
+        mark(step.recover.is_some_and(|r| r <= 3.0)),
+        opt_s(step.recover),
+        mark(step.overshoot <= 0.05),
+        pts(step.overshoot),
         mark(p99_steady <= 1.25),
         p99_steady,
         mark(p99_change <= 2.0),
@@ -446,8 +420,6 @@ fn validate() -> String {
             plain: 0.0,
             phases: Phases::Random,
             mean_bytes: 10_000.0,
-            fixed_size: false,
-            offered: None,
         };
         let t = run::run(&sc, 10, Policy::Uniform, 7, Duration::from_millis(250));
         let mu = sc.shape.capacity / sc.mean_bytes;

@@ -4,6 +4,17 @@ use hdrhistogram::Histogram;
 
 use crate::run::{BIN, Trace};
 
+/// How a run met a drop (`at`) and recovery (`until`) of the watched broker.
+pub struct Step {
+    /// Seconds to settle near the oracle's share while degraded, and back after recovery.
+    pub converge: Option<f64>,
+    pub recover: Option<f64>,
+    /// Most the watched share went above its share before the drop, after recovery.
+    pub overshoot: f64,
+    /// Largest peak-to-peak of any broker's 1 s shares in the three steady phases.
+    pub peak_to_peak: f64,
+}
+
 impl Trace {
     /// Each broker's share of the bytes sent in `[from, to)`.
     pub fn shares(&self, from: f64, to: f64) -> Vec<f64> {
@@ -96,6 +107,26 @@ impl Trace {
             tau += BIN;
         }
         None
+    }
+
+    /// The [`Step`] of broker `watched` dropping at `at` and recovering at `until`, in a run of
+    /// `end` seconds: settling within 3 points of the target and staying within 5.
+    pub fn step(&self, watched: usize, at: f64, until: f64, end: f64) -> Step {
+        let target = self.oracle_share(watched, at + 10.0, until);
+        let before = self.oracle_share(watched, 10.0, at);
+        Step {
+            converge: self.settles(watched, target, at, until, 0.03, 0.05),
+            recover: self.settles(watched, before, until, end, 0.03, 0.05),
+            overshoot: self
+                .second_shares(watched, until, end)
+                .iter()
+                .map(|x| x - before)
+                .fold(0.0, f64::max),
+            peak_to_peak: self
+                .peak_to_peak(10.0, at)
+                .max(self.peak_to_peak(at + 10.0, until))
+                .max(self.peak_to_peak(until + 10.0, end)),
+        }
     }
 
     /// The oracle's share of `broker` in the middle of `[from, to)`.

@@ -113,18 +113,11 @@ pub struct Scenario {
     pub phases: Phases,
     /// Mean request size, bytes.
     pub mean_bytes: f64,
-    /// Every request exactly `mean_bytes` (else exponentially distributed).
-    pub fixed_size: bool,
-    /// Offered bytes per second, when given outright instead of as `load`.
-    pub offered: Option<f64>,
 }
 
 impl Scenario {
     /// Offered bytes per second.
     pub fn offered(&self) -> f64 {
-        if let Some(bytes) = self.offered {
-            return bytes;
-        }
         let worst: f64 = (0..self.shape.brokers())
             .map(|b| self.pattern.lowest(b))
             .sum();
@@ -239,11 +232,7 @@ pub fn run(
                 trace.oracle.push(oracle.clone());
             }
             let s = rng.usize(..sidecars);
-            let bytes = if scenario.fixed_size {
-                scenario.mean_bytes
-            } else {
-                (-rng.f64().max(1e-12).ln() * scenario.mean_bytes).max(64.0)
-            };
+            let bytes = (-rng.f64().max(1e-12).ln() * scenario.mean_bytes).max(64.0);
             let b = fleet[s].choose(t, bytes, &common, &oracle, &mut rng);
             trace.bytes[bin][b] += bytes;
             let arrive = t + scenario.shape.net;
