@@ -82,10 +82,10 @@ pub struct Equalize {
 impl Rule {
     /// The rule kroute ships, chosen with the fleet simulator (docs/fleet.md).
     pub const DEFAULT: Rule = Rule::Equalize(Equalize {
-        gain: 2.0,
+        gain: 1.0,
         max_step: 1.5,
-        pull: 0.3,
-        band: 0.1,
+        pull: 0.5,
+        band: 0.25,
         floor: 0.06,
     });
 }
