@@ -265,10 +265,12 @@ impl StrictCost {
         }
     }
 
-    /// Credits below one byte for `n` brokers, drawn at random (see [`Rotation::new`]).
+    /// Credits of a thousandth of a byte at most for `n` brokers, drawn at random (see
+    /// [`Rotation::new`]): they break ties between equal weights, and are too small to change
+    /// the order of unequal ones (a broker's first handout is its share of one byte).
     fn start(&self, n: usize) -> Vec<f64> {
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-        (0..n).map(|_| rng.f64()).collect()
+        (0..n).map(|_| rng.f64() * 1e-3).collect()
     }
 
     /// The next lease's end after `now`, jittered.
