@@ -61,3 +61,28 @@ relayed_cluster_up() {
   fi
   BOOT=$(scripts/cluster.sh bootstrap)
 }
+
+# leader_assignment A B C prints, for a topic of A + B + C partitions led A by broker 1, B by
+# broker 2 and C by broker 3 (RF 3), the --replica-assignment "1:2:3,2:3:1,..." on line 1 and the
+# leaders "1,2,3,..." on line 2: leaders interleaved 1,2,3,1,2,3,... while each has some left,
+# followers alternating between the two orders of the other brokers (bench/routing.sh's layout).
+leader_assignment() {
+  python3 - "$@" <<'PY'
+import sys
+left = [int(x) for x in sys.argv[1:4]]
+led = [0, 0, 0]
+asg, leaders = [], []
+while sum(left):
+    for b in range(3):
+        if left[b]:
+            left[b] -= 1
+            o = [(b + 1) % 3, (b + 2) % 3]
+            if led[b] % 2:
+                o.reverse()
+            led[b] += 1
+            asg.append(":".join(str(x + 1) for x in [b] + o))
+            leaders.append(str(b + 1))
+print(",".join(asg))
+print(",".join(leaders))
+PY
+}
