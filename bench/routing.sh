@@ -246,28 +246,6 @@ scrape() { # KROUTE FILE
   curl -fsS --max-time 5 "http://${KR_ADMIN[$1]}/metrics" >"$2" || die "cannot read kroute-$1 metrics"
 }
 
-# leaders per partition for a layout a/b/c: interleaved (1,2,3,1,2,3,... while each has some left)
-# replicas: leader first, followers alternating between the two orders of the other brokers
-assignment() { # A B C -> "1:2:3,2:3:1,..." on line 1, leaders "1,2,3,..." on line 2
-  python3 - "$@" <<'EOF'
-import sys
-left = [int(x) for x in sys.argv[1:4]]
-led = [0, 0, 0]
-asg, leaders = [], []
-while sum(left):
-    for b in range(3):
-        if left[b]:
-            left[b] -= 1
-            o = [(b + 1) % 3, (b + 2) % 3]
-            if led[b] % 2:
-                o.reverse()
-            led[b] += 1
-            asg.append(":".join(str(x + 1) for x in [b] + o))
-            leaders.append(str(b + 1))
-print(",".join(asg))
-print(",".join(leaders))
-EOF
-}
 
 # ---------------------------------------------------------------------------------------------
 # cluster
@@ -375,7 +353,7 @@ declare -A TOPIC LEADERS LAYOUT
 for s in "${SCENARIOS[@]}"; do
   if [ "$s" = slow-broker ]; then lay=$SLOW_LAYOUT; else lay=$(sed 's/^skew-//; s/-/\//g' <<<"$s"); fi
   LAYOUT[$s]=$lay
-  read -r asg leaders < <(assignment ${lay//\// } | paste -sd' ')
+  read -r asg leaders < <(leader_assignment ${lay//\// } | paste -sd' ')
   [ -n "$asg" ] || die "empty layout $lay"
   for c in "${CASES[@]}"; do
     t=$TOPIC_PREFIX-$s-$c
