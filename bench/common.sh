@@ -86,3 +86,41 @@ print(",".join(asg))
 print(",".join(leaders))
 PY
 }
+
+# start_sidecar_kroute STEM BASE TOPIC PORT_VAR COMMENT: a kroute in front of the cluster at $BOOT,
+# its brokers on ports BASE+1..3, bootstrap BASE+4, admin BASE+5, routing TOPIC (strict-cost); its
+# config $RAW/STEM.toml (first line: "# COMMENT"), its log $RAW/STEM.log, its pid appended to
+# KR_PIDS. Dies naming PORT_VAR (the setting that moves the ports) if one of them is taken.
+start_sidecar_kroute() {
+  local stem=$1 base=$2 topic=$3 port_var=$4 comment=$5 p
+  for p in 1 2 3 4 5; do
+    port_open 127.0.0.1 $((base + p)) && die "port $((base + p)) is in use ($port_var)"
+  done
+  cat >"$RAW/$stem.toml" <<EOF
+# $comment
+[listen]
+bind_host = "127.0.0.1"
+advertised_host = "127.0.0.1"
+bootstrap_port = $((base + 4))
+broker_port_base = $base
+
+[upstream]
+bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$BOOT")]
+
+[admin]
+listen = "127.0.0.1:$((base + 5))"
+
+[routing]
+strategy = "strict-cost"
+include = ["$topic"]
+EOF
+  "$KROUTE_BIN" --config "$RAW/$stem.toml" </dev/null >"$RAW/$stem.log" 2>&1 &
+  KR_PIDS+=($!)
+}
+
+# wait_sidecar_ready STEM BASE: waits (30 s at most) for the kroute of start_sidecar_kroute to be
+# ready, or dies with the end of its log.
+wait_sidecar_ready() {
+  poll 150 0.2 curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$(($2 + 5))/ready" ||
+    { tail -n 20 "$RAW/$1.log" >&2; die "$1 not ready within 30s"; }
+}

@@ -197,36 +197,12 @@ BASE_PROPS=(acks=all linger.ms=5 batch.size=32768 max.in.flight.requests.per.con
 kroute_port() { echo $((PORT_BASE + 10 * $1 + $2)); } # I OFFSET
 
 start_kroutes() { # N
-  local n=$1 i p
+  local n=$1 i
   for ((i = 1; i <= n; i++)); do
-    for p in 1 2 3 4 5; do
-      port_open 127.0.0.1 "$(kroute_port "$i" "$p")" && die "port $(kroute_port "$i" "$p") is in use (BENCH_FLEET_PORT_BASE)"
-    done
-    cat >"$RAW/kroute-$n-$i.toml" <<EOF
-# written by bench/fleet.sh: sidecar $i of $n
-[listen]
-bind_host = "127.0.0.1"
-advertised_host = "127.0.0.1"
-bootstrap_port = $(kroute_port "$i" 4)
-broker_port_base = $(kroute_port "$i" 0)
-
-[upstream]
-bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$BOOT")]
-
-[admin]
-listen = "127.0.0.1:$(kroute_port "$i" 5)"
-
-[routing]
-strategy = "strict-cost"
-include = ["$TOPIC"]
-EOF
-    "$KROUTE_BIN" --config "$RAW/kroute-$n-$i.toml" </dev/null >"$RAW/kroute-$n-$i.log" 2>&1 &
-    KR_PIDS+=($!)
+    start_sidecar_kroute "kroute-$n-$i" "$(kroute_port "$i" 0)" "$TOPIC" BENCH_FLEET_PORT_BASE \
+      "written by bench/fleet.sh: sidecar $i of $n"
   done
-  for ((i = 1; i <= n; i++)); do
-    poll 150 0.2 curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$(kroute_port "$i" 5)/ready" ||
-      { tail -n 20 "$RAW/kroute-$n-$i.log" >&2; die "kroute $i of $n not ready within 30s"; }
-  done
+  for ((i = 1; i <= n; i++)); do wait_sidecar_ready "kroute-$n-$i" "$(kroute_port "$i" 0)"; done
   say "$n kroutes ready (bootstrap ports $(kroute_port 1 4)..$(kroute_port "$n" 4) step 10)"
 }
 

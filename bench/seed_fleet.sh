@@ -204,36 +204,12 @@ BASE_PROPS=(acks=all linger.ms=5 batch.size=32768 max.in.flight.requests.per.con
 kroute_port() { echo $((PORT_BASE + 10 * $1 + $2)); } # GROUP(1..3) OFFSET
 
 start_kroutes() {
-  local g p
+  local g
   for ((g = 1; g <= GROUPS_N; g++)); do
-    for p in 1 2 3 4 5; do
-      port_open 127.0.0.1 "$(kroute_port "$g" "$p")" && die "port $(kroute_port "$g" "$p") is in use (BENCH_SEED_PORT_BASE)"
-    done
-    cat >"$RAW/kroute-$g.toml" <<EOF
-# written by bench/seed_fleet.sh: the sidecar of host $g (topic ${TOPICS[$((g - 1))]})
-[listen]
-bind_host = "127.0.0.1"
-advertised_host = "127.0.0.1"
-bootstrap_port = $(kroute_port "$g" 4)
-broker_port_base = $(kroute_port "$g" 0)
-
-[upstream]
-bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$BOOT")]
-
-[admin]
-listen = "127.0.0.1:$(kroute_port "$g" 5)"
-
-[routing]
-strategy = "strict-cost"
-include = ["${TOPICS[$((g - 1))]}"]
-EOF
-    "$KROUTE_BIN" --config "$RAW/kroute-$g.toml" </dev/null >"$RAW/kroute-$g.log" 2>&1 &
-    KR_PIDS+=($!)
+    start_sidecar_kroute "kroute-$g" "$(kroute_port "$g" 0)" "${TOPICS[$((g - 1))]}" BENCH_SEED_PORT_BASE \
+      "written by bench/seed_fleet.sh: the sidecar of host $g (topic ${TOPICS[$((g - 1))]})"
   done
-  for ((g = 1; g <= GROUPS_N; g++)); do
-    poll 150 0.2 curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$(kroute_port "$g" 5)/ready" ||
-      { tail -n 20 "$RAW/kroute-$g.log" >&2; die "kroute $g not ready within 30s"; }
-  done
+  for ((g = 1; g <= GROUPS_N; g++)); do wait_sidecar_ready "kroute-$g" "$(kroute_port "$g" 0)"; done
   say "$GROUPS_N kroutes ready (bootstrap ports $(kroute_port 1 4)..$(kroute_port "$GROUPS_N" 4) step 10)"
 }
 
