@@ -286,13 +286,8 @@ impl StrictCost {
     }
 
     /// Fresh weights for `leaders` from the scores, given the current ones (None: a new set)
-    /// and which brokers have news since they were set.
-    fn reweigh(
-        &self,
-        current: Option<&[f64]>,
-        costs: &[Option<f64>],
-        leases: impl FnOnce() -> Vec<f64>,
-    ) -> Vec<f64> {
+    /// and how many leases of news each broker had since they were set (see [`equalize`]).
+    fn reweigh(&self, current: Option<&[f64]>, costs: &[Option<f64>], leases: &[f64]) -> Vec<f64> {
         match (self.tuning.rule, current) {
             (Rule::Linear, _) => weights(costs),
             // A new set of brokers (start, leader change) starts from Astraea's weights of
@@ -307,9 +302,21 @@ impl StrictCost {
                 if costs.iter().all(Option::is_none) {
                     return shares.to_vec();
                 }
-                equalize(shares, costs, &leases(), &rule)
+                equalize(shares, costs, leases, &rule)
             }
         }
+    }
+
+    /// A rotation for a new set of brokers (a new topic, or its leaders changed).
+    fn fresh_rotation(&self, leaders: &[i32], scores: &Scores, now: Instant) -> Rotation {
+        let first = self.reweigh(None, &scores.costs(leaders, now), &[]);
+        Rotation::new(
+            leaders,
+            first,
+            self.start(leaders.len()),
+            now,
+            self.lease_end(now),
+        )
     }
 
     /// The broker that the next movable batches of `topic` should go to. `leaders` are the
@@ -338,14 +345,7 @@ impl StrictCost {
         let entry = match self.topics.get(topic) {
             Some(entry) => entry,
             None => {
-                let first = self.reweigh(None, &scores.costs(leaders, now), Vec::new);
-                let rotation = Rotation::new(
-                    leaders,
-                    first,
-                    self.start(leaders.len()),
-                    now,
-                    self.lease_end(now),
-                );
+                let rotation = self.fresh_rotation(leaders, scores, now);
                 self.topics
                     .entry(topic.to_string())
                     .or_insert_with(|| Mutex::new(rotation))
@@ -354,14 +354,7 @@ impl StrictCost {
         };
         let mut r = entry.lock().unwrap_or_else(|e| e.into_inner());
         if r.nodes != leaders {
-            let first = self.reweigh(None, &scores.costs(leaders, now), Vec::new);
-            *r = Rotation::new(
-                leaders,
-                first,
-                self.start(leaders.len()),
-                now,
-                self.lease_end(now),
-            );
+            *r = self.fresh_rotation(leaders, scores, now);
         } else if now >= r.next_refresh {
             let costs = scores.costs(leaders, now);
             let news = scores.news(leaders, r.refreshed, now);
@@ -374,7 +367,7 @@ impl StrictCost {
                     r.heard[b] = now;
                 }
             }
-            r.weights = self.reweigh(Some(&r.weights), &costs, || leases);
+            r.weights = self.reweigh(Some(&r.weights), &costs, &leases);
             r.refreshed = now;
             r.next_refresh = self.lease_end(now);
         }
