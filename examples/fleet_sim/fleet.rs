@@ -121,7 +121,7 @@ impl Sidecar {
                     .pick(TOPIC, &common.nodes, scores, now)
                     .unwrap_or(common.nodes[0]);
                 strategy.charge(TOPIC, node, bytes as usize);
-                scores.broker(node).sent(now);
+                scores.broker(node).sent(now, bytes as usize);
                 (node - 1) as usize
             }
             Chooser::Plain(Policy::Uniform) => {
@@ -158,12 +158,17 @@ impl Sidecar {
         b
     }
 
-    /// The request sent to broker `b` at `sent` was answered at `t`.
-    pub fn answered(&mut self, b: usize, sent: f64, t: f64, common: &Common) {
+    /// The request of `bytes` sent to broker `b` at `sent` was answered at `t`.
+    pub fn answered(&mut self, b: usize, sent: f64, t: f64, bytes: f64, common: &Common) {
         self.in_flight[b] = self.in_flight[b].saturating_sub(1);
         if let Chooser::Kroute { scores, .. } = &self.chooser {
             let score = scores.broker(common.nodes[b]);
-            score.answered(common.instant(sent), common.instant(t), &scores.config);
+            score.answered(
+                common.instant(sent),
+                common.instant(t),
+                bytes as usize,
+                &scores.config,
+            );
         }
     }
 }

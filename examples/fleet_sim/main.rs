@@ -155,6 +155,22 @@ fn scenario(name: &str) -> Option<Scenario> {
             },
             ..base
         },
+        // Seed 000's full setup (bench/seed_fleet.sh): every broker binds. Each leads at most
+        // 1 MB/s (its capped link also carries the two follower copies out, which the model
+        // folds into that capacity), 50/38/20 partitions, 2.7 MB/s offered in 10 KiB requests
+        // by a few sidecars: the cluster runs at 90% and queues take long to drain.
+        "bind-all" => Scenario {
+            shape: Shape {
+                capacity: 1e6,
+                repl_cost: 0.0,
+                ..three_brokers(vec![50, 38, 20])
+            },
+            load: 0.9,
+            seconds: 60.0,
+            pattern: Pattern::Fixed(vec![1.0, 1.0, 1.0]),
+            mean_bytes: 10_240.0,
+            ..base
+        },
         _ => return None,
     })
 }
@@ -170,6 +186,7 @@ const ALL: &[&str] = &[
     "half-plain",
     "brokers30",
     "drop-slow-disk",
+    "bind-all",
 ];
 
 fn policy(name: &str, rule: Rule) -> Option<Policy> {

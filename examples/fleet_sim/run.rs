@@ -275,7 +275,13 @@ pub fn run(
                 id,
             )));
         } else {
-            fleet[req.sidecar as usize].answered(req.broker as usize, req.sent, t, &common);
+            fleet[req.sidecar as usize].answered(
+                req.broker as usize,
+                req.sent,
+                t,
+                req.bytes,
+                &common,
+            );
             let second = req.sent as usize;
             if let Some(h) = trace.latency.get_mut(second) {
                 let micros = ((t - req.sent) * 1e6).max(1.0) as u64;

@@ -487,15 +487,22 @@ mod tests {
             Duration::from_micros((1000.0 + 300.0 * rho / (1.0 - rho)) as u64)
         };
         let mut history = Vec::new();
+        // Answers due (when, broker, sent), delivered in time order before each pick.
+        let mut due: Vec<(Instant, i32, Instant)> = Vec::new();
         for step in 0..20_000u64 {
             let now = t0 + Duration::from_millis(step);
+            due.sort_by_key(|d| std::cmp::Reverse(d.0));
+            while due.last().is_some_and(|d| d.0 <= now) {
+                if let Some((at, node, sent)) = due.pop() {
+                    scores.broker(node).answered(sent, at, 1000, &scores.config);
+                }
+            }
             let node = s.pick("t", &[1, 2, 3], &scores, now).unwrap();
             s.charge("t", node, 1000);
             let (_, shares) = s.shares("t").unwrap();
             let b = (node - 1) as usize;
-            let score = scores.broker(node);
-            score.sent(now);
-            score.answered(now, now + latency(b, shares[b]), &scores.config);
+            scores.broker(node).sent(now, 1000);
+            due.push((now + latency(b, shares[b]), node, now));
             if step % 1000 == 999 {
                 history.push(shares);
             }
@@ -657,20 +664,17 @@ mod tests {
             2,
             "no evidence: uniform"
         );
-        // Broker 2 becomes slow; after the lease, it gets much less.
-        let slow = scores.broker(2);
-        for i in 0..10u64 {
-            for n in [1, 3] {
-                let b = scores.broker(n);
-                let t = now + Duration::from_millis(i);
-                b.sent(t);
-                b.answered(t, t + Duration::from_millis(2), &scores.config);
+        // Broker 2 becomes slow; after the lease, it gets much less. Each broker answers its
+        // requests one at a time.
+        for (node, rtt) in [(1, 2), (2, 40), (3, 2)] {
+            let b = scores.broker(node);
+            for i in 0..10u64 {
+                let t = now + Duration::from_millis(i * rtt);
+                b.sent(t, 1000);
+                b.answered(t, t + Duration::from_millis(rtt), 1000, &scores.config);
             }
-            let t = now + Duration::from_millis(i);
-            slow.sent(t);
-            slow.answered(t, t + Duration::from_millis(40), &scores.config);
         }
-        let later = now + Duration::from_millis(200);
+        let later = now + Duration::from_millis(500);
         let picks: Vec<i32> = (0..78).map(|_| pick(later)).collect();
         let to_slow = picks.iter().filter(|n| **n == 2).count();
         assert!(

@@ -290,6 +290,8 @@ fn start(opened: Opened, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: 
 struct InFlight {
     pending: PendingReply,
     sent: Instant,
+    /// The request's size, for the broker's score.
+    bytes: usize,
     limit: Limit,
 }
 
@@ -371,19 +373,20 @@ async fn write_requests(
             // Queue the reply before the bytes leave, so the reader always finds it.
             let sent = Instant::now();
             if let Some(score) = link.is_scored(pending.api_key) {
-                score.sent(sent);
+                score.sent(sent, frame.len());
             }
             let (api_key, version) = (pending.api_key, pending.api_version);
             let limit = deadline::limit(link.request_timeout, api_key, version, &frame);
             let in_flight = InFlight {
                 pending,
                 sent,
+                bytes: frame.len(),
                 limit,
             };
             if let Err(unsent) = pending_tx.send(in_flight) {
                 // Reader gone: the broker closed the connection. This request never left.
                 if let Some(score) = link.is_scored(unsent.0.pending.api_key) {
-                    score.abandoned(unsent.0.sent);
+                    score.abandoned(unsent.0.bytes);
                 }
                 return;
             }
@@ -476,7 +479,13 @@ fn deliver(
     expected: &mut Expected,
     frame: Bytes,
 ) -> Result<(), String> {
-    let Some(InFlight { pending, sent, .. }) = expected.answered() else {
+    let Some(InFlight {
+        pending,
+        sent,
+        bytes,
+        ..
+    }) = expected.answered()
+    else {
         proxy.metrics.upstream_protocol_errors.increment(1);
         return Err("response without a request".into());
     };
@@ -485,7 +494,7 @@ fn deliver(
         .latency(pending.api_key)
         .record(now.saturating_duration_since(sent));
     if let Some(score) = link.is_scored(pending.api_key) {
-        score.answered(sent, now, &proxy.router.scores.config);
+        score.answered(sent, now, bytes, &proxy.router.scores.config);
     }
     match response_correlation_id(&frame) {
         _ if pending.raw => {}
@@ -518,7 +527,7 @@ fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended
     let (metrics, node_id) = (&link.metrics, link.node_id);
     for w in unanswered {
         if let Some(score) = link.is_scored(w.pending.api_key) {
-            score.abandoned(w.sent);
+            score.abandoned(w.bytes);
         }
     }
     let in_flight = unanswered.len();

@@ -79,6 +79,7 @@ impl SaslTransport for Pipeline<'_> {
             .send(InFlight {
                 pending,
                 sent,
+                bytes: frame.len(),
                 limit,
             })
             .map_err(|_| gone())?;

@@ -78,6 +78,7 @@ impl Harness {
             .send(InFlight {
                 pending,
                 sent,
+                bytes: frame.len(),
                 limit,
             })
             .ok()

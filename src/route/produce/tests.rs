@@ -62,8 +62,8 @@ fn slow_broker(p: &Proxy, slow: i32) {
     for node in 1..=3 {
         let rtt = Duration::from_millis(if node == slow { 40 } else { 2 });
         let score = p.router.scores.broker(node);
-        score.sent(now);
-        score.answered(now, now + rtt, &p.router.scores.config);
+        score.sent(now, 1000);
+        score.answered(now, now + rtt, 1000, &p.router.scores.config);
     }
 }
 
@@ -865,10 +865,11 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
     let now = Instant::now();
     for (node, ms) in [(1, 40), (2, 2), (3, 40)] {
         let score = p.router.scores.broker(node);
-        score.sent(now);
+        score.sent(now, 1000);
         score.answered(
             now,
             now + Duration::from_millis(ms),
+            1000,
             &p.router.scores.config,
         );
     }
