@@ -368,6 +368,7 @@ impl StrictCost {
                 }
             }
             r.weights = self.reweigh(Some(&r.weights), &costs, &leases);
+            tracing::debug!(topic, ?leaders, ?costs, ?leases, weights = ?r.weights, "lease");
             r.refreshed = now;
             r.next_refresh = self.lease_end(now);
         }
