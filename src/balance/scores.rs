@@ -51,6 +51,7 @@ struct Ewma {
 struct Drain {
     bytes: f64,
     busy_secs: f64,
+    answers: f64,
     /// When the last answer came (µs since the scores' epoch).
     answered: u64,
     backlog: f64,
@@ -66,6 +67,7 @@ impl Drain {
         let service = micros.saturating_sub(sent.max(self.answered)) as f64 / 1e6;
         self.bytes = self.bytes * keep + bytes as f64;
         self.busy_secs = self.busy_secs * keep + service;
+        self.answers = self.answers * keep + 1.0;
         self.answered = self.answered.max(micros);
     }
 
@@ -86,6 +88,13 @@ impl Drain {
     fn rate(&self) -> Option<f64> {
         (self.bytes > 0.0 && self.busy_secs > 0.0).then(|| self.bytes / self.busy_secs)
     }
+
+    /// The time the broker spends on one request (seconds), on average: a typical request's
+    /// bytes at [`Self::rate`], counted per request so that requests of different sizes that
+    /// take the same time (latency rather than bytes) do not make it noisy.
+    fn per_request(&self) -> Option<f64> {
+        (self.answers > 0.0).then(|| self.busy_secs / self.answers)
+    }
 }
 
 /// Time constant of [`Drain`]'s rate.
@@ -104,8 +113,6 @@ struct State {
     /// Since when requests have been in flight without a break (µs since `epoch`).
     busy_since: u64,
     drain: Drain,
-    /// A typical request's size (moving average).
-    typical_bytes: f64,
     /// Until when the broker is treated as unreachable (a connect failed or a connection died
     /// with requests in flight).
     unavailable_until: Option<Instant>,
@@ -113,13 +120,14 @@ struct State {
 
 impl State {
     /// The time a request sent at `micros` would take, or None before any answer: the bytes
-    /// waiting ahead of it at the rate the broker drains them, and at least one request's
-    /// worth. Not the two added: a broker that answers requests side by side (its latency is
-    /// mostly the network's) has some in flight without any waiting behind another, and a
-    /// broker that queues them has far more waiting than one request.
+    /// waiting ahead of it at the rate the broker drains them, and at least the time the broker
+    /// spends on one request. Not the two added: a broker that answers requests side by side
+    /// (its latency is mostly the network's) has some in flight without any waiting behind
+    /// another, and a broker that queues them has far more waiting than one request.
     fn predicted(&self, micros: u64) -> Option<f64> {
         let backlog = self.drain.backlog_at(micros, self.in_flight_bytes);
-        Some(backlog.max(self.typical_bytes) / self.drain.rate()? * 1e6)
+        let waiting = backlog / self.drain.rate()?;
+        Some(waiting.max(self.drain.per_request()?) * 1e6)
     }
 
     /// How long requests have waited with no answer at all (µs), 0 with none in flight.
@@ -168,11 +176,6 @@ impl BrokerScore {
         }
         s.in_flight += 1;
         s.in_flight_bytes += bytes as u64;
-        s.typical_bytes = if s.typical_bytes == 0.0 {
-            bytes as f64
-        } else {
-            0.9 * s.typical_bytes + 0.1 * bytes as f64
-        };
     }
 
     /// A request of `bytes` will never be answered (its connection ended).
