@@ -1,12 +1,16 @@
-//! Live per-broker latency scores, measured from kroute's own upstream Produce round trips.
+//! Live per-broker scores, measured from kroute's own upstream Produce requests.
 //!
-//! The estimate is a peak-sensitive, time-decayed EWMA (like tower's PeakEwma): a sample slower
-//! than the estimate replaces it at once, so a broker that slows down is seen on its next answer;
-//! faster samples pull it down with a time constant, so a recovered broker earns traffic back
-//! within about a second. A broker whose answers stall is seen even before they arrive: its cost
-//! is at least the mean age of its Produce requests in flight. A broker with no recent sample
-//! gets no cost of its own (the strategy gives it a neutral one) and so still receives probe
-//! traffic. Everything here takes the current time as an argument so it can be tested exactly.
+//! A broker's cost is the time a request sent to it now would take: the bytes this kroute still
+//! has waiting there, at the rate the broker has been answering them (see [`Drain`]), and at
+//! least the time it spends on one request. It moves with every request kroute sends, where the
+//! latency of answers tells of the queue as it was when they left: on a loaded cluster that is
+//! seconds old, and a rule acting on it keeps leaving a broker after it emptied and floods the
+//! next (docs/fleet.md, part 1). A broker whose answers stall is seen before they arrive: its
+//! cost is at least the time its requests have waited with no answer. A broker with no recent
+//! answer gets no cost of its own (the strategy gives it a neutral one) and so still receives
+//! probe traffic. Beside the cost, a peak-sensitive EWMA of round trips (like tower's
+//! PeakEwma) feeds the latency gauge. Everything here takes the current time as an argument so
+//! it can be tested exactly.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,10 +18,10 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use metrics::{Gauge, gauge};
 
-/// How the estimate reacts.
+/// How the estimates react.
 #[derive(Debug, Clone, Copy)]
 pub struct ScoreConfig {
-    /// Time constant of the decay towards faster samples.
+    /// Time constant with which the latency estimate (the gauge) follows faster samples.
     pub decay: Duration,
     /// A broker without a sample for this long has no score of its own.
     pub stale_after: Duration,
