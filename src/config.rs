@@ -105,7 +105,8 @@ pub struct RoutingConfig {
     /// How often broker weights are recomputed from the scores.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
-    /// Time constant with which a broker's latency estimate follows faster answers.
+    /// Time constant with which a broker's latency gauge follows faster answers (the cost that
+    /// routes is read from the bytes in flight instead: `balance::scores`).
     #[serde(default = "default_score_decay_ms")]
     pub score_decay_ms: u64,
     /// A broker without an answer for this long gets a neutral score.

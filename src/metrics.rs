@@ -221,13 +221,13 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "kroute_broker_latency_seconds",
         Kind::Gauge,
         Some(Unit::Seconds),
-        "Routing score: each broker's Produce round-trip estimate (peak-sensitive EWMA)",
+        "Each broker's Produce round-trip estimate (peak-sensitive EWMA; shown, not routed on)",
     ),
     (
         "kroute_broker_cost_seconds",
         Kind::Gauge,
         Some(Unit::Seconds),
-        "Routing score: each broker's cost, the latency estimate or the mean age of its Produce requests in flight if larger (neutral when stale)",
+        "Routing score: each broker's cost, the time a Produce request sent now would take (kroute's bytes in flight at the broker's answer rate, at least its time per request or a stall's silence; neutral when stale)",
     ),
     (
         "kroute_batches_moved_total",

@@ -205,15 +205,17 @@ def build():
         ],
     )
     d.timeseries(
-        "Routing score: latency by broker",
-        "The Produce round-trip estimate routing uses for each broker (kroute_broker_latency_seconds).",
+        "Produce latency by broker",
+        "Each broker's Produce round-trip estimate, a peak-sensitive EWMA (kroute_broker_latency_seconds); "
+        "shown beside the cost, not routed on.",
         "s",
         [(f"max by (broker) (kroute_broker_latency_seconds{{{SEL}}})", "broker {{broker}}")],
     )
     d.timeseries(
         "Routing score: cost by broker",
-        "Each broker's cost: its latency estimate, or the mean age of its Produce requests in "
-        "flight if larger; neutral once stale (kroute_broker_cost_seconds). Lower cost, more batches.",
+        "Each broker's cost: the time a Produce request sent now would take, from kroute's bytes in "
+        "flight at the rate the broker answers them (at least its time per request, or a stall's "
+        "silence); neutral once stale (kroute_broker_cost_seconds). Lower cost, more batches.",
         "s",
         [(f"max by (broker) (kroute_broker_cost_seconds{{{SEL}}})", "broker {{broker}}")],
     )
