@@ -62,6 +62,22 @@ relayed_cluster_up() {
   BOOT=$(scripts/cluster.sh bootstrap)
 }
 
+# build_kroute_and_rdkafka_perf: the release kroute and examples/rdkafka_perf, in two cargo runs
+# (built together, the dev-dependencies' features would change kroute's). Needs say and die.
+build_kroute_and_rdkafka_perf() {
+  say "cargo build --release --bin kroute"
+  cargo build --release --quiet --bin kroute || die "cargo build --release --bin kroute failed"
+  say "cargo build --release --example rdkafka_perf"
+  cargo build --release --quiet --example rdkafka_perf || die "cargo build --release --example rdkafka_perf failed"
+}
+
+# brokers_own_listeners: "1=127.0.0.1:P1,2=...,3=..." of the cluster at $KROUTE_CLUSTER_PORT_OFFSET,
+# the brokers' own ports rather than the relays' (a sampler there does not queue behind a cap).
+brokers_own_listeners() {
+  local o=$KROUTE_CLUSTER_PORT_OFFSET
+  echo "1=127.0.0.1:$((19092 + o)),2=127.0.0.1:$((19093 + o)),3=127.0.0.1:$((19094 + o))"
+}
+
 # leader_assignment A B C prints, for a topic of A + B + C partitions led A by broker 1, B by
 # broker 2 and C by broker 3 (RF 3), the --replica-assignment "1:2:3,2:3:1,..." on line 1 and the
 # leaders "1,2,3,..." on line 2: leaders interleaved 1,2,3,1,2,3,... while each has some left,

@@ -151,20 +151,14 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------------
 # build, cluster, topic
 
-if [ "$BUILD" = 1 ]; then
-  say "cargo build --release --bin kroute"
-  cargo build --release --quiet --bin kroute || die "cargo build --release failed"
-  # a cargo run of its own: built together, the dev-dependencies' features would change kroute's
-  say "cargo build --release --example rdkafka_perf"
-  cargo build --release --quiet --example rdkafka_perf || die "cargo build --release --example rdkafka_perf failed"
-fi
+if [ "$BUILD" = 1 ]; then build_kroute_and_rdkafka_perf; fi
 [ -x "$KROUTE_BIN" ] || die "$KROUTE_BIN not found (cargo build --release)"
 [ -x "$RDKAFKA_PERF_BIN" ] || die "$RDKAFKA_PERF_BIN not found (cargo build --release --example rdkafka_perf)"
 CLIENT_VERSION=$("$RDKAFKA_PERF_BIN" --version)
 
 relayed_cluster_up
 # the brokers' own listeners, for the sampler (the relays would queue its requests behind the cap)
-SAMPLE_AT=1=127.0.0.1:$((19092 + KROUTE_CLUSTER_PORT_OFFSET)),2=127.0.0.1:$((19093 + KROUTE_CLUSTER_PORT_OFFSET)),3=127.0.0.1:$((19094 + KROUTE_CLUSTER_PORT_OFFSET))
+SAMPLE_AT=$(brokers_own_listeners)
 for b in 1 2 3; do scripts/cluster.sh cap "$b" 0 >/dev/null || die "scripts/cluster.sh cap $b 0 failed"; done
 
 # PPB partitions led by each broker, interleaved 1,2,3,1,2,3,...; followers in both orders

@@ -194,6 +194,28 @@ def metric_sum(text, name, label=""):
     return total
 
 
+def read_producers(prefix, n, label):
+    """The rdkafka_perf summaries of producers PREFIX.p1 .. PREFIX.pN (their .out and .err):
+    (matches of PERF, records acknowledged, retries, problems). `label` names them in problems."""
+    perf, acked, retries, problems = [], 0, 0, []
+    for i in range(1, n + 1):
+        out = open(f"{prefix}.p{i}.out").read()
+        err = open(f"{prefix}.p{i}.err").read()
+        m = PERF.search(out)
+        if not m:
+            problems.append(f"{label}producer {i}: no summary line ({prefix}.p{i}.out)")
+            continue
+        perf.append(m)
+        acked += int(m.group(1))
+        s = STATS.search(err)
+        if s:
+            retries += int(s.group(1))
+        for line in err.splitlines():
+            if " ERROR " in line:
+                problems.append(f"{label}producer {i}: {line.strip()}")
+    return perf, acked, retries, problems
+
+
 def cmd_case(results, *kvs):
     a = dict(kv.split("=", 1) for kv in kvs)
     case, n = a["case"], int(a["n"])
@@ -203,24 +225,8 @@ def cmd_case(results, *kvs):
     problems = []
 
     # producers
-    perf = []
-    acked = 0
-    retries = 0
-    for i in range(1, n + 1):
-        out = open(f"{raw}.p{i}.out").read()
-        err = open(f"{raw}.p{i}.err").read()
-        m = PERF.search(out)
-        if not m:
-            problems.append(f"producer {i}: no summary line ({raw}.p{i}.out)")
-            continue
-        perf.append(m)
-        acked += int(m.group(1))
-        s = STATS.search(err)
-        if s:
-            retries += int(s.group(1))
-        for line in err.splitlines():
-            if " ERROR " in line:
-                problems.append(f"producer {i}: {line.strip()}")
+    perf, acked, retries, found = read_producers(raw, n, "")
+    problems += found
     p99s = sorted(int(m.group(8)) for m in perf)
     p50s = sorted(int(m.group(6)) for m in perf)
     prod_rate = sum(float(m.group(2)) for m in perf) * size / 1e6

@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fleet_report import PERF, STATS, metric_sum, percentile, read_samples  # noqa: E402
+from fleet_report import metric_sum, percentile, read_producers, read_samples  # noqa: E402
 
 SECTION = "## Part 1: seed 000's full setup"
 NEXT = "## Part 2: N sidecars on real processes"
@@ -53,22 +53,8 @@ def cmd_case(out, *kvs):
     bins = []  # per group: {second index: [d1, d2, d3]}
     for g in range(1, ng + 1):
         # producers
-        perf, acked, retries = [], 0, 0
-        for i in range(1, per + 1):
-            o = open(f"{raw}.g{g}.p{i}.out").read()
-            e = open(f"{raw}.g{g}.p{i}.err").read()
-            m = PERF.search(o)
-            if not m:
-                problems.append(f"group {g} producer {i}: no summary line")
-                continue
-            perf.append(m)
-            acked += int(m.group(1))
-            s = STATS.search(e)
-            if s:
-                retries += int(s.group(1))
-            for line in e.splitlines():
-                if " ERROR " in line:
-                    problems.append(f"group {g} producer {i}: {line.strip()}")
+        perf, acked, retries, found = read_producers(f"{raw}.g{g}", per, f"group {g} ")
+        problems += found
         p50s = [int(m.group(6)) for m in perf]
         p99s = [int(m.group(8)) for m in perf]
         # the brokers' log ends of this group's topic

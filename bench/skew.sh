@@ -759,13 +759,7 @@ one_case() { # ROUND LAYOUT CASE: before, plan, apply, after
 # ---------------------------------------------------------------------------------------------
 # run
 
-if [ "$BUILD" = 1 ]; then
-  say "cargo build --release --bin kroute"
-  cargo build --release --quiet --bin kroute || die "cargo build --release --bin kroute failed"
-  # a cargo run of its own (bench/routing.sh: built together, dev-dependency features change kroute's)
-  say "cargo build --release --example rdkafka_perf"
-  cargo build --release --quiet --example rdkafka_perf || die "cargo build --release --example rdkafka_perf failed"
-fi
+if [ "$BUILD" = 1 ]; then build_kroute_and_rdkafka_perf; fi
 [ -x "$RDKAFKA_PERF_BIN" ] || die "$RDKAFKA_PERF_BIN not found (cargo build --release --example rdkafka_perf)"
 NEED_KROUTE=0
 [[ " ${CASES[*]} " == *" kroute "* || $VIA == kroute ]] && NEED_KROUTE=1
