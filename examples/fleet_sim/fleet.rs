@@ -65,6 +65,9 @@ pub struct Sidecar {
     chooser: Chooser,
     /// This sidecar's requests in flight per broker.
     in_flight: Vec<u32>,
+    /// When this sidecar's last answer from each broker came: its requests to a broker go on
+    /// one connection, which the broker serves one request at a time, in order.
+    last_answer: Vec<f64>,
 }
 
 /// What every sidecar shares: the broker ids and the virtual clock's origin.
@@ -102,6 +105,7 @@ impl Sidecar {
         Self {
             chooser,
             in_flight: vec![0; common.nodes.len()],
+            last_answer: vec![0.0; common.nodes.len()],
         }
     }
 
@@ -161,10 +165,13 @@ impl Sidecar {
     /// The request of `bytes` sent to broker `b` at `sent` was answered at `t`.
     pub fn answered(&mut self, b: usize, sent: f64, t: f64, bytes: f64, common: &Common) {
         self.in_flight[b] = self.in_flight[b].saturating_sub(1);
+        let started = self.last_answer[b].max(sent);
+        self.last_answer[b] = t;
         if let Chooser::Kroute { scores, .. } = &self.chooser {
             let score = scores.broker(common.nodes[b]);
             score.answered(
                 common.instant(sent),
+                common.instant(started),
                 common.instant(t),
                 bytes as usize,
                 &scores.config,

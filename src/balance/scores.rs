@@ -48,6 +48,12 @@ struct Ewma {
 /// backlog that is the gap between answers, alone it is its whole latency. Idle time does not
 /// count: a broker sent little is not slow, it answers each request in its own latency.
 ///
+/// The time per request is counted on the request's own connection instead: a Kafka broker
+/// works on one request per connection at a time, so from its sending or the previous answer
+/// on that connection to its answer is the time the broker spent on it. Counted across the
+/// broker, a broker serving several connections side by side answers more often than it
+/// takes per request, and a busy broker would look faster than an idle one as fast.
+///
 /// It also keeps the bytes in flight averaged over [`BACKLOG_TAU_SECS`]: a sidecar that sends
 /// a few requests a lease has one or none in flight at any instant, and the instant of a lease
 /// would otherwise decide its cost.
@@ -55,6 +61,9 @@ struct Ewma {
 struct Drain {
     bytes: f64,
     busy_secs: f64,
+    /// The logarithms of the seconds the broker spent on each request (on its connection),
+    /// summed: see [`Self::per_request`].
+    log_request_secs: f64,
     answers: f64,
     /// When the last answer came (µs since the scores' epoch).
     answered: u64,
@@ -64,13 +73,16 @@ struct Drain {
 }
 
 impl Drain {
-    /// Counts an answer of `bytes` at `micros` to a request sent at `sent`.
-    fn answer(&mut self, sent: u64, micros: u64, bytes: usize) {
+    /// Counts an answer of `bytes` at `micros` to a request sent at `sent`, which its broker
+    /// could start on at `started` (the previous answer on its connection, if later).
+    fn answer(&mut self, sent: u64, started: u64, micros: u64, bytes: usize) {
         let dt = micros.saturating_sub(self.answered) as f64 / 1e6;
         let keep = (-dt / DRAIN_TAU_SECS).exp();
         let service = micros.saturating_sub(sent.max(self.answered)) as f64 / 1e6;
+        let on_connection = micros.saturating_sub(started.max(sent)) as f64 / 1e6;
         self.bytes = self.bytes * keep + bytes as f64;
         self.busy_secs = self.busy_secs * keep + service;
+        self.log_request_secs = self.log_request_secs * keep + on_connection.max(1e-6).ln();
         self.answers = self.answers * keep + 1.0;
         self.answered = self.answered.max(micros);
     }
@@ -93,15 +105,18 @@ impl Drain {
         (self.bytes > 0.0 && self.busy_secs > 0.0).then(|| self.bytes / self.busy_secs)
     }
 
-    /// The time the broker spends on one request (seconds), on average: a typical request's
-    /// bytes at [`Self::rate`], counted per request so that requests of different sizes that
-    /// take the same time (latency rather than bytes) do not make it noisy.
+    /// The time the broker typically spends on one request (seconds), counted on each
+    /// request's connection, per request so that requests of different sizes that take the
+    /// same time (latency rather than bytes) do not make it noisy. A geometric mean: a broker
+    /// sent little is heard of once or twice a second, and with an arithmetic mean one answer
+    /// twenty times slower than the rest (the last of a slow spell, a producer's first burst)
+    /// kept it looking slow, and so starved, for seconds after it recovered.
     fn per_request(&self) -> Option<f64> {
-        (self.answers > 0.0).then(|| self.busy_secs / self.answers)
+        (self.answers > 0.0).then(|| (self.log_request_secs / self.answers).exp())
     }
 }
 
-/// Time constant of [`Drain`]'s rate.
+/// Time constant of [`Drain`]'s rate and time per request.
 const DRAIN_TAU_SECS: f64 = 1.0;
 /// Time constant of [`Drain`]'s backlog: a fifth of a lease, far below the seconds a loaded
 /// broker's queue takes to drain (a longer one lets a sidecar flood a broker for that long
@@ -201,14 +216,23 @@ impl BrokerScore {
             .is_none_or(|until| now >= until)
     }
 
-    /// The request of `bytes` sent at `sent` was answered at `now`.
-    pub fn answered(&self, sent: Instant, now: Instant, bytes: usize, config: &ScoreConfig) {
+    /// The request of `bytes` sent at `sent` was answered at `now`; `started` is when the
+    /// broker could start on it: the previous answer on its connection, or `sent` if later.
+    pub fn answered(
+        &self,
+        sent: Instant,
+        started: Instant,
+        now: Instant,
+        bytes: usize,
+        config: &ScoreConfig,
+    ) {
         let now_micros = self.micros(now);
         let rtt = now.saturating_duration_since(sent).as_secs_f64() * 1e6;
         let mut s = self.state();
         let in_flight = s.in_flight_bytes;
         s.drain.update_backlog(now_micros, in_flight);
-        s.drain.answer(self.micros(sent), now_micros, bytes);
+        let (sent, started) = (self.micros(sent), self.micros(started));
+        s.drain.answer(sent, started, now_micros, bytes);
         s.in_flight = s.in_flight.saturating_sub(1);
         s.in_flight_bytes = s.in_flight_bytes.saturating_sub(bytes as u64);
         let next = match s.estimate {
@@ -350,6 +374,8 @@ mod tests {
         service: Duration,
         /// Answers due: (when, sent).
         due: std::collections::VecDeque<(Instant, Instant)>,
+        /// The last answer: the broker starts on the next request no earlier.
+        last_answer: Option<Instant>,
         latencies: Vec<Duration>,
     }
 
@@ -360,6 +386,7 @@ mod tests {
                 cfg: ScoreConfig::default(),
                 service,
                 due: Default::default(),
+                last_answer: None,
                 latencies: Vec::new(),
             }
         }
@@ -368,7 +395,9 @@ mod tests {
         fn until(&mut self, t: Instant) {
             while let Some(&(at, sent)) = self.due.front().filter(|d| d.0 <= t) {
                 self.due.pop_front();
-                self.score.answered(sent, at, BYTES, &self.cfg);
+                let started = self.last_answer.map_or(sent, |a| a.max(sent));
+                self.score.answered(sent, started, at, BYTES, &self.cfg);
+                self.last_answer = Some(at);
                 self.latencies.push(at - sent);
             }
         }
@@ -407,6 +436,30 @@ mod tests {
     }
 
     #[test]
+    fn a_broker_serving_connections_side_by_side_costs_what_an_idle_one_as_fast_does() {
+        // Every 20 ms, broker 1 gets a request on each of two connections at once, broker 2
+        // one request; both take 8 ms over each request, broker 1 on its two side by side.
+        // Counted across the broker, broker 1's second answer came 0 ms after its first.
+        let cfg = ScoreConfig::default();
+        let t0 = Instant::now();
+        let (busy, idle) = (BrokerScore::new(t0, 1), BrokerScore::new(t0, 2));
+        let mut t = t0;
+        for _ in 0..100 {
+            busy.sent(t, BYTES);
+            busy.sent(t, BYTES);
+            idle.sent(t, BYTES);
+            for _ in 0..2 {
+                busy.answered(t, t, t + ms(8), BYTES, &cfg);
+            }
+            idle.answered(t, t, t + ms(8), BYTES, &cfg);
+            t += ms(20);
+        }
+        let (busy, idle) = (busy.cost(t, &cfg).unwrap(), idle.cost(t, &cfg).unwrap());
+        assert!((idle - 8000.0).abs() < 100.0, "idle {idle}");
+        assert!((busy - idle).abs() < 0.1 * idle, "busy {busy}, idle {idle}");
+    }
+
+    #[test]
     fn a_backlog_costs_before_its_answers_tell_and_not_after_it_drained() {
         let t0 = Instant::now();
         let s = BrokerScore::new(t0, 1);
@@ -440,16 +493,37 @@ mod tests {
         let t = b.steady(t0, ms(10), 50);
         b.service = ms(20);
         let t = b.steady(t, ms(25), 4);
+        // A typical time per request over the last second: four answers of 20 ms among forty
+        // of 2 raise it by a quarter, a second of them by four times (the peak-sensitive
+        // latency estimate of before took one answer; it also kept a drained broker costly
+        // for as long as its backlog's answers came in).
         let cost = b.cost(t);
-        // The rate is a decayed sum over a second: four answers in 100 ms raise the cost by
-        // half (the peak-sensitive latency estimate of before took one answer; it also kept
-        // a drained broker costly for as long as its backlog's answers came in).
-        assert!(cost > 3_000.0, "after 4 answers of 20 ms, cost {cost}");
-        let t = b.steady(t, ms(25), 120);
+        assert!(cost > 2_400.0, "after 4 answers of 20 ms, cost {cost}");
+        let t = b.steady(t, ms(25), 36);
+        let cost = b.cost(t);
+        assert!(
+            cost > 8_000.0,
+            "after a second of answers of 20 ms, cost {cost}"
+        );
+        let t = b.steady(t, ms(25), 160);
         let cost = b.cost(t);
         assert!((cost - 20_000.0).abs() < 2000.0, "{cost}");
     }
 
+    #[test]
+    fn a_broker_heard_of_seldom_looks_recovered_within_seconds_of_recovering() {
+        // Twice a second, as a broker sent little is: 5 s of 100 ms answers, then 4 ms ones.
+        let t0 = Instant::now();
+        let s = BrokerScore::new(t0, 1);
+        let mut b = Fifo::new(&s, ms(100));
+        let t = b.steady(t0, ms(500), 10);
+        b.service = ms(4);
+        let t = b.steady(t, ms(500), 4);
+        // An arithmetic mean over the same second still reads 18 ms: the slow answers' weight
+        // has decayed to a seventh, but each weighs 25 fast ones.
+        let cost = b.cost(t);
+        assert!(cost < 8_000.0, "2 s after recovering, cost {cost}");
+    }
     #[test]
     fn a_stalled_broker_scores_worse_before_it_answers() {
         let cfg = ScoreConfig::default();

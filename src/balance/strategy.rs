@@ -46,8 +46,17 @@ pub fn weights(costs: &[Option<f64>]) -> Vec<f64> {
 }
 
 /// Most leases' worth of change one piece of news may make (see [`equalize`]): a broker not
-/// heard of for long has changed in ways one answer does not tell.
-const MAX_LEASES_PER_NEWS: f64 = 8.0;
+/// heard of for long has changed in ways one answer does not tell, and a broker sent little
+/// is heard of by one answer at a time (at 8 leases' worth, one slow answer cut a recovered
+/// broker's share 25-fold in the librdkafka routing test).
+const MAX_LEASES_PER_NEWS: f64 = 3.0;
+
+/// A broker below this fraction of an equal share is starved (see [`equalize`])...
+const STARVED_BELOW: f64 = 0.5;
+/// ...if its cost is at most this multiple of the mean. Being sent little made a broker up to
+/// twice as slow here (lone requests to an idle broker against a busy one, docs/fleet.md); the
+/// rest is room for a cost read from one or two answers.
+const IDLE_PENALTY: f64 = 3.0;
 
 /// How weights follow the scores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -233,9 +242,14 @@ pub fn equalize(
                     let gap = (mean / c).ln();
                     let pull = rule.pull * (1.0 - gap.abs() / rule.band).max(0.0);
                     let bound = rule.max_step.powf(*k).ln();
-                    ((rule.gain * gap + pull * (equal / s).ln()) * k)
-                        .clamp(-bound, bound)
-                        .exp()
+                    let step = (rule.gain * gap + pull * (equal / s).ln()) * k;
+                    // A broker sent little answers slower than one kept busy (lone requests
+                    // took 6-8 ms at an idle broker, 4 at a busy one: docs/fleet.md), so its
+                    // cost alone would keep it starved: one not clearly slower climbs back
+                    // to half its equal share at the fastest step, and is judged there.
+                    let starved = s < STARVED_BELOW * equal && *c <= IDLE_PENALTY * mean;
+                    let step = if starved { bound } else { step };
+                    step.clamp(-bound, bound).exp()
                 }
                 _ => 1.0,
             };
@@ -410,6 +424,21 @@ mod tests {
     }
 
     #[test]
+    fn a_starved_broker_climbs_back_unless_clearly_slower() {
+        let starved = [0.49, 0.02, 0.49];
+        // Twice the others' cost: what being sent little costs. It climbs at the fastest step.
+        let idle = equalize_default(&starved, &[Some(4.0), Some(8.0), Some(4.0)], &[1.0; 3]);
+        assert!(idle[1] > 0.02 * 1.4, "{idle:?}");
+        // Ten times: slow. It keeps the floor.
+        let slow = equalize_default(&starved, &[Some(4.0), Some(40.0), Some(4.0)], &[1.0; 3]);
+        assert!(slow[1] < 0.021, "{slow:?}");
+        // Above half an equal share, the cost decides again: twice the others' loses share.
+        let half = [0.4, 0.2, 0.4];
+        let judged = equalize_default(&half, &[Some(4.0), Some(8.0), Some(4.0)], &[1.0; 3]);
+        assert!(judged[1] < 0.2, "{judged:?}");
+    }
+
+    #[test]
     fn equal_costs_keep_equal_shares_and_a_slow_broker_loses_at_most_one_step() {
         let third = [1.0 / 3.0; 3];
         let same = equalize_default(&third, &[Some(5.0); 3], &[1.0; 3]);
@@ -495,7 +524,10 @@ mod tests {
             due.sort_by_key(|d| std::cmp::Reverse(d.0));
             while due.last().is_some_and(|d| d.0 <= now) {
                 if let Some((at, node, sent)) = due.pop() {
-                    scores.broker(node).answered(sent, at, 1000, &scores.config);
+                    // Each request on a connection of its own: the broker starts on it at once.
+                    scores
+                        .broker(node)
+                        .answered(sent, sent, at, 1000, &scores.config);
                 }
             }
             let node = s.pick("t", &[1, 2, 3], &scores, now).unwrap();
@@ -672,7 +704,7 @@ mod tests {
             for i in 0..10u64 {
                 let t = now + Duration::from_millis(i * rtt);
                 b.sent(t, 1000);
-                b.answered(t, t + Duration::from_millis(rtt), 1000, &scores.config);
+                b.answered(t, t, t + Duration::from_millis(rtt), 1000, &scores.config);
             }
         }
         let later = now + Duration::from_millis(500);

@@ -479,12 +479,15 @@ fn deliver(
     expected: &mut Expected,
     frame: Bytes,
 ) -> Result<(), String> {
-    let Some(InFlight {
-        pending,
-        sent,
-        bytes,
-        ..
-    }) = expected.answered()
+    let Some((
+        InFlight {
+            pending,
+            sent,
+            bytes,
+            ..
+        },
+        previous_answer,
+    )) = expected.answered()
     else {
         proxy.metrics.upstream_protocol_errors.increment(1);
         return Err("response without a request".into());
@@ -494,7 +497,8 @@ fn deliver(
         .latency(pending.api_key)
         .record(now.saturating_duration_since(sent));
     if let Some(score) = link.is_scored(pending.api_key) {
-        score.answered(sent, now, bytes, &proxy.router.scores.config);
+        let started = previous_answer.into_std().max(sent);
+        score.answered(sent, started, now, bytes, &proxy.router.scores.config);
     }
     match response_correlation_id(&frame) {
         _ if pending.raw => {}
@@ -605,15 +609,17 @@ impl Expected {
     }
 
     /// Takes the oldest request: its answer has just come.
-    fn answered(&mut self) -> Option<InFlight> {
+    /// The oldest request, answered now, and when the broker could start on it: the previous
+    /// answer on this connection (a broker works on one request per connection at a time).
+    fn answered(&mut self) -> Option<(InFlight, TokioInstant)> {
         // The writer queues a request before its bytes leave: whatever is answered is queued.
         while let Ok(in_flight) = self.rx.try_recv() {
             self.waiting.push_back(in_flight);
         }
         let oldest = self.waiting.pop_front()?;
-        self.last_answer = TokioInstant::now();
+        let previous = std::mem::replace(&mut self.last_answer, TokioInstant::now());
         self.rearm();
-        Some(oldest)
+        Some((oldest, previous))
     }
 
     /// Sets the timer to the oldest request's deadline (or disarms it).

@@ -63,7 +63,7 @@ fn slow_broker(p: &Proxy, slow: i32) {
         let rtt = Duration::from_millis(if node == slow { 40 } else { 2 });
         let score = p.router.scores.broker(node);
         score.sent(now, 1000);
-        score.answered(now, now + rtt, 1000, &p.router.scores.config);
+        score.answered(now, now, now + rtt, 1000, &p.router.scores.config);
     }
 }
 
@@ -867,6 +867,7 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
         let score = p.router.scores.broker(node);
         score.sent(now, 1000);
         score.answered(
+            now,
             now,
             now + Duration::from_millis(ms),
             1000,
