@@ -165,13 +165,12 @@ impl Sidecar {
     /// The request of `bytes` sent to broker `b` at `sent` was answered at `t`.
     pub fn answered(&mut self, b: usize, sent: f64, t: f64, bytes: f64, common: &Common) {
         self.in_flight[b] = self.in_flight[b].saturating_sub(1);
-        let started = self.last_answer[b].max(sent);
-        self.last_answer[b] = t;
+        let previous = std::mem::replace(&mut self.last_answer[b], t);
         if let Chooser::Kroute { scores, .. } = &self.chooser {
             let score = scores.broker(common.nodes[b]);
             score.answered(
                 common.instant(sent),
-                common.instant(started),
+                common.instant(previous),
                 common.instant(t),
                 bytes as usize,
                 &scores.config,

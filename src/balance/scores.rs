@@ -73,13 +73,13 @@ struct Drain {
 }
 
 impl Drain {
-    /// Counts an answer of `bytes` at `micros` to a request sent at `sent`, which its broker
-    /// could start on at `started` (the previous answer on its connection, if later).
-    fn answer(&mut self, sent: u64, started: u64, micros: u64, bytes: usize) {
+    /// Counts an answer of `bytes` at `micros` to a request sent at `sent`, whose connection
+    /// had its previous answer at `previous` (the broker started on it at the later of the two).
+    fn answer(&mut self, sent: u64, previous: u64, micros: u64, bytes: usize) {
         let dt = micros.saturating_sub(self.answered) as f64 / 1e6;
         let keep = (-dt / DRAIN_TAU_SECS).exp();
         let service = micros.saturating_sub(sent.max(self.answered)) as f64 / 1e6;
-        let on_connection = micros.saturating_sub(started.max(sent)) as f64 / 1e6;
+        let on_connection = micros.saturating_sub(previous.max(sent)) as f64 / 1e6;
         self.bytes = self.bytes * keep + bytes as f64;
         self.busy_secs = self.busy_secs * keep + service;
         self.log_request_secs = self.log_request_secs * keep + on_connection.max(1e-6).ln();
@@ -216,12 +216,13 @@ impl BrokerScore {
             .is_none_or(|until| now >= until)
     }
 
-    /// The request of `bytes` sent at `sent` was answered at `now`; `started` is when the
-    /// broker could start on it: the previous answer on its connection, or `sent` if later.
+    /// The request of `bytes` sent at `sent` was answered at `now`; `previous_answer` is the
+    /// previous answer on its connection (any instant up to `sent` if there was none): the
+    /// broker started on the request at the later of the two.
     pub fn answered(
         &self,
         sent: Instant,
-        started: Instant,
+        previous_answer: Instant,
         now: Instant,
         bytes: usize,
         config: &ScoreConfig,
@@ -231,8 +232,8 @@ impl BrokerScore {
         let mut s = self.state();
         let in_flight = s.in_flight_bytes;
         s.drain.update_backlog(now_micros, in_flight);
-        let (sent, started) = (self.micros(sent), self.micros(started));
-        s.drain.answer(sent, started, now_micros, bytes);
+        let (sent, previous) = (self.micros(sent), self.micros(previous_answer));
+        s.drain.answer(sent, previous, now_micros, bytes);
         s.in_flight = s.in_flight.saturating_sub(1);
         s.in_flight_bytes = s.in_flight_bytes.saturating_sub(bytes as u64);
         let next = match s.estimate {
@@ -395,8 +396,8 @@ mod tests {
         fn until(&mut self, t: Instant) {
             while let Some(&(at, sent)) = self.due.front().filter(|d| d.0 <= t) {
                 self.due.pop_front();
-                let started = self.last_answer.map_or(sent, |a| a.max(sent));
-                self.score.answered(sent, started, at, BYTES, &self.cfg);
+                let previous = self.last_answer.unwrap_or(sent);
+                self.score.answered(sent, previous, at, BYTES, &self.cfg);
                 self.last_answer = Some(at);
                 self.latencies.push(at - sent);
             }
@@ -524,6 +525,7 @@ mod tests {
         let cost = b.cost(t);
         assert!(cost < 8_000.0, "2 s after recovering, cost {cost}");
     }
+
     #[test]
     fn a_stalled_broker_scores_worse_before_it_answers() {
         let cfg = ScoreConfig::default();

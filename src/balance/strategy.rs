@@ -242,13 +242,16 @@ pub fn equalize(
                     let gap = (mean / c).ln();
                     let pull = rule.pull * (1.0 - gap.abs() / rule.band).max(0.0);
                     let bound = rule.max_step.powf(*k).ln();
-                    let step = (rule.gain * gap + pull * (equal / s).ln()) * k;
                     // A broker sent little answers slower than one kept busy (lone requests
                     // took 6-8 ms at an idle broker, 4 at a busy one: docs/fleet.md), so its
                     // cost alone would keep it starved: one not clearly slower climbs back
                     // to half its equal share at the fastest step, and is judged there.
                     let starved = s < STARVED_BELOW * equal && *c <= IDLE_PENALTY * mean;
-                    let step = if starved { bound } else { step };
+                    let step = if starved {
+                        bound
+                    } else {
+                        (rule.gain * gap + pull * (equal / s).ln()) * k
+                    };
                     step.clamp(-bound, bound).exp()
                 }
                 _ => 1.0,

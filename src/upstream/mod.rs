@@ -497,8 +497,8 @@ fn deliver(
         .latency(pending.api_key)
         .record(now.saturating_duration_since(sent));
     if let Some(score) = link.is_scored(pending.api_key) {
-        let started = previous_answer.into_std().max(sent);
-        score.answered(sent, started, now, bytes, &proxy.router.scores.config);
+        let previous = previous_answer.into_std();
+        score.answered(sent, previous, now, bytes, &proxy.router.scores.config);
     }
     match response_correlation_id(&frame) {
         _ if pending.raw => {}
@@ -608,9 +608,9 @@ impl Expected {
         }
     }
 
-    /// Takes the oldest request: its answer has just come.
-    /// The oldest request, answered now, and when the broker could start on it: the previous
-    /// answer on this connection (a broker works on one request per connection at a time).
+    /// Takes the oldest request, whose answer has just come, with the previous answer on this
+    /// connection (or its opening): a broker works on one request per connection at a time,
+    /// so it started on this one no earlier.
     fn answered(&mut self) -> Option<(InFlight, TokioInstant)> {
         // The writer queues a request before its bytes leave: whatever is answered is queued.
         while let Ok(in_flight) = self.rx.try_recv() {
