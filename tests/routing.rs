@@ -32,52 +32,58 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
             ..Default::default()
         }
     }
-    let before = produce_bytes(kroute);
-    let slow_phase = produce(&kroute.bootstrap, &topic, 15_000, paced("slow-"));
-    let slow_share = share_of_broker_2(before, produce_bytes(kroute));
+    let phase = |count: usize, prefix: &str| {
+        let before = produce_bytes(kroute);
+        let acked = produce(&kroute.bootstrap, &topic, count, paced(prefix));
+        (acked, share_of_broker_2(before, produce_bytes(kroute)))
+    };
+
+    // What broker 2 gets while healthy, in this run: brokers as equal as three on one loaded
+    // machine are not (one answered 25% slower than the others in every phase of some runs,
+    // and so got a fifth of the bytes, not a third). Coming back means back to this.
+    SlowBroker::set(0);
+    let (healthy_phase, healthy_share) = phase(15_000, "healthy-");
+    SlowBroker::set(SLOW_MS);
+    let (slow_phase, slow_share) = phase(15_000, "slow-");
 
     SlowBroker::set(0);
-    // Let the scores see the recovery (broker 2 keeps getting probe traffic): produce until
-    // broker 2 costs at most twice the others (at most 10 rounds of 1 s), then measure. A
-    // cost of 0 is no cost at all (no recent answer): no evidence of the recovery yet.
-    let cost = |b: i32| kroute.metric("kroute_broker_cost_seconds", &[&format!("broker=\"{b}\"")]);
+    // Broker 2 comes back: produce in rounds of 1 s until a round gives it three quarters of
+    // its healthy share, at most 15 rounds; then measure whether it stays back.
     let mut warm = Vec::new();
-    for round in 0..10 {
-        let prefix = format!("warm{round}-");
-        warm.extend(produce(&kroute.bootstrap, &topic, 3_000, paced(&prefix)));
-        let slow = cost(2);
-        if slow > 0.0 && slow <= 2.0 * cost(1).max(cost(3)) {
-            break;
-        }
+    let mut rounds = Vec::new();
+    while rounds.last().is_none_or(|s| *s < 0.75 * healthy_share) {
+        assert!(
+            rounds.len() < 15,
+            "broker 2 stayed below 0.75 of its healthy {healthy_share:.3} for 15 s after it recovered: {rounds:.3?}"
+        );
+        let (acked, share) = phase(3_000, &format!("warm{}-", rounds.len()));
+        warm.extend(acked);
+        rounds.push(share);
     }
+    let (fast_phase, recovered_share) = phase(15_000, "fast-");
     eprintln!(
-        "costs after {} warm records: b1 {:.4} b2 {:.4} b3 {:.4} s",
-        warm.len(),
-        cost(1),
-        cost(2),
-        cost(3)
-    );
-    let before = produce_bytes(kroute);
-    let fast_phase = produce(&kroute.bootstrap, &topic, 15_000, paced("fast-"));
-    let recovered_share = share_of_broker_2(before, produce_bytes(kroute));
-    eprintln!(
-        "broker 2 share of produce bytes: slow {slow_share:.3}, recovered {recovered_share:.3}"
+        "broker 2 share of produce bytes: healthy {healthy_share:.3}, slow {slow_share:.3}, \
+         1 s rounds after the recovery {rounds:.3?}, then {recovered_share:.3}"
     );
 
     // Equal would be 0.33. Shares are noisy on a loaded 2-core machine: the bounds leave room
     // for that and still fail if routing does not react, or does not give the traffic back.
+    assert!(
+        healthy_share > 0.15,
+        "healthy broker 2 got only {healthy_share:.3} of the bytes"
+    );
     assert_slow_broker_avoided(slow_share, "librdkafka");
     assert!(
-        recovered_share > 0.2,
-        "recovered broker 2 got only {recovered_share:.3} of the bytes"
+        slow_share < 0.5 * healthy_share,
+        "slow broker 2 kept {slow_share:.3} of the bytes (healthy: {healthy_share:.3})"
     );
     assert!(
-        recovered_share - slow_share > 0.08,
-        "no shift back: {slow_share:.3} -> {recovered_share:.3}"
+        recovered_share > 0.5 * healthy_share && recovered_share > slow_share + 0.08,
+        "recovered broker 2 got only {recovered_share:.3} of the bytes (healthy: {healthy_share:.3}, slow: {slow_share:.3})"
     );
     assert!(kroute.metric("kroute_batches_moved_total", &["from=\"2\""]) > 0.0);
 
-    let acked = rd_acks([slow_phase, warm, fast_phase].concat());
+    let acked = rd_acks([healthy_phase, slow_phase, warm, fast_phase].concat());
     assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }

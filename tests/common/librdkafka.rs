@@ -81,15 +81,15 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let pad = "v".repeat(1000);
-        // Pacing: 20 ticks a second, each releasing a twentieth of the rate.
-        let mut tick = tokio::time::interval(Duration::from_millis(50));
-        let per_tick = how.per_second.map(|r| (r / 20).max(1) as usize);
+        // Pacing: each record at its due time (the timer's millisecond releases a few at
+        // once). Releasing the rate in 20 bursts a second made each burst one request to one
+        // broker, and a broker's share of a second 20 coin tosses.
+        let start = tokio::time::Instant::now();
         let mut pending = Vec::with_capacity(count);
         for i in 0..count {
-            if let Some(n) = per_tick
-                && i % n == 0
-            {
-                tick.tick().await;
+            if let Some(rate) = how.per_second {
+                let due = start + Duration::from_secs_f64(i as f64 / f64::from(rate));
+                tokio::time::sleep_until(due).await;
             }
             let id = format!("{}{i:08}", how.prefix);
             let value = format!("{id} {pad}");
