@@ -25,6 +25,8 @@
 //!     (`key-0` .. `key-<N-1>`), so librdkafka's default partitioner (`consistent_random`: a
 //!     hash of the key) spreads the records over all partitions of the topic, ~1/P each with N
 //!     well above the partition count P; without it records are keyless, as before;
+//!   - `kroute.key_every=K` (with `kroute.keys`): only records 0, K, 2K, ... get a key, the others
+//!     none (K = 2: batches that mix keyed and keyless records, for bench/coverage.sh);
 //!   - `kroute.seconds=S`: stop sending after S seconds (RECORDS is then an upper bound), flush
 //!     what was sent and report it; all sent records must be acknowledged.
 //!
@@ -173,6 +175,8 @@ struct Args {
     props: Vec<(String, String)>,
     /// `kroute.keys`: a key per record, uniform over this many keys.
     keys: Option<u64>,
+    /// `kroute.key_every`: only every this-many-th record gets a key (the others none).
+    key_every: u64,
     /// `kroute.seconds`: stop sending after this long.
     seconds: Option<f64>,
 }
@@ -203,12 +207,16 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 .ok_or_else(|| format!("property '{kv}' is not k=v"))
         })
         .collect::<Result<_, _>>()?;
-    let (mut keys, mut seconds, mut props) = (None, None, Vec::new());
+    let (mut keys, mut seconds, mut key_every, mut props) = (None, None, 1, Vec::new());
     for (k, v) in all {
         match k.as_str() {
             "kroute.keys" => match v.parse::<u64>() {
                 Ok(n) if n >= 1 => keys = Some(n),
                 _ => return Err(format!("kroute.keys '{v}': must be an integer >= 1")),
+            },
+            "kroute.key_every" => match v.parse::<u64>() {
+                Ok(n) if n >= 1 => key_every = n,
+                _ => return Err(format!("kroute.key_every '{v}': must be an integer >= 1")),
             },
             "kroute.seconds" => match v.parse::<f64>() {
                 Ok(s) if s > 0.0 && s.is_finite() => seconds = Some(s),
@@ -216,7 +224,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             },
             _ if k.starts_with("kroute.") => {
                 return Err(format!(
-                    "unknown pseudo-property '{k}' (kroute.keys and kroute.seconds exist)"
+                    "unknown pseudo-property '{k}' (kroute.keys, kroute.key_every and kroute.seconds exist)"
                 ));
             }
             _ => props.push((k, v)),
@@ -230,6 +238,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         throughput,
         props,
         keys,
+        key_every,
         seconds,
     })
 }
@@ -356,7 +365,7 @@ fn run(args: &Args) -> Result<(), String> {
         let sent_ns = producer.context().start.elapsed().as_nanos() as usize;
         let mut record =
             BaseRecord::<[u8], [u8], usize>::with_opaque_to(&args.topic, sent_ns).payload(&value);
-        if !keys.is_empty() {
+        if !keys.is_empty() && i % args.key_every == 0 {
             record = record.key(keys[rng.below(keys.len() as u64) as usize].as_bytes());
         }
         loop {

@@ -253,6 +253,12 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         Some(Unit::Count),
         "Produce batches left where the client put them, by reason",
     ),
+    (
+        "kroute_kept_bytes_total",
+        Kind::Counter,
+        Some(Unit::Bytes),
+        "Bytes of the Produce batches left where the client put them, by reason (with kroute_moved_bytes_total: the share of keyless bytes routing could move, bench/coverage.sh)",
+    ),
     // Idempotent producers.
     (
         "kroute_idempotent_batches_total",
@@ -453,6 +459,7 @@ pub struct MoveCounters {
 /// What the routing did with Produce batches.
 pub struct RoutingMetrics {
     kept: Vec<Counter>,
+    kept_bytes: Vec<Counter>,
     moved: DashMap<(String, i32, i32), MoveCounters>,
     /// Bytes by broker and by what routing did with them (the skew report's).
     pub traffic: ProduceTraffic,
@@ -465,6 +472,10 @@ impl RoutingMetrics {
                 .iter()
                 .map(|r| counter!("kroute_batches_kept_total", "reason" => r.label()))
                 .collect(),
+            kept_bytes: KeepReason::ALL
+                .iter()
+                .map(|r| counter!("kroute_kept_bytes_total", "reason" => r.label()))
+                .collect(),
             moved: DashMap::new(),
             traffic: ProduceTraffic::new(),
         }
@@ -473,16 +484,20 @@ impl RoutingMetrics {
     /// Counts one batch of `bytes` kept on broker `home` for `reason`.
     pub fn keep(&self, reason: KeepReason, home: i32, bytes: usize) {
         self.kept(reason).increment(1);
+        self.kept_bytes[Self::index(reason)].increment(bytes as u64);
         self.traffic.add(home, Class::of_kept(reason), bytes);
     }
 
     /// The counter of batches kept for `reason`.
     pub fn kept(&self, reason: KeepReason) -> &Counter {
-        let i = KeepReason::ALL
+        &self.kept[Self::index(reason)]
+    }
+
+    fn index(reason: KeepReason) -> usize {
+        KeepReason::ALL
             .iter()
             .position(|r| *r == reason)
-            .unwrap_or(0);
-        &self.kept[i]
+            .unwrap_or(0)
     }
 
     /// Counts one batch moved from `from` to `to`. The handles for a (topic, from, to) triple

@@ -190,6 +190,15 @@ fn keyed_and_transactional_batches_stay_where_the_client_put_them() {
     );
     assert!(kroute.metric("kroute_batches_kept_total", &["reason=\"keyed\""]) > 0.0);
     assert!(kroute.metric("kroute_batches_kept_total", &["reason=\"transactional\""]) > 0.0);
+    // Their bytes are counted too: at least a v2 batch header (61 bytes) per batch.
+    for reason in ["reason=\"keyed\"", "reason=\"transactional\""] {
+        let batches = kroute.metric("kroute_batches_kept_total", &[reason]);
+        let bytes = kroute.metric("kroute_kept_bytes_total", &[reason]);
+        assert!(
+            bytes >= 61.0 * batches,
+            "{reason}: {bytes} bytes in {batches} batches"
+        );
+    }
     kroute.assert_clean_logs(&[]);
 }
 

@@ -30,6 +30,9 @@ def main():
     parser.add_argument("--rate", type=int, default=0, help="records/s at most (0: no limit)")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--prefix", default="kp-")
+    parser.add_argument("--compression", default=None, help="compression_type (e.g. gzip)")
+    parser.add_argument("--key-every", type=int, default=0, metavar="K",
+                        help="records 0, K, 2K, ... get a key, the others none (0: no keys)")
     parser.add_argument("--sasl", default=None, metavar="MECHANISM:USER:PASSWORD",
                         help="authenticate with SASL over plaintext")
     parser.add_argument("--api-version", default=None, metavar="MAJOR.MINOR",
@@ -44,6 +47,8 @@ def main():
         security = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
                         sasl_plain_username=user, sasl_plain_password=password)
     options = dict(bootstrap_servers=args.bootstrap.split(","), **security)
+    if args.compression:
+        options["compression_type"] = args.compression
     if args.api_version:
         options["api_version"] = tuple(int(part) for part in args.api_version.split("."))
     # delivery_timeout_ms came with kafka-python 2.1; 2.0.x has no such bound.
@@ -75,7 +80,8 @@ def main():
                 time.sleep(due - now)
         record_id = f"{args.prefix}{i}"
         filler = "".join(letters.choices(string.ascii_lowercase, k=max(0, args.size - len(record_id) - 1)))
-        future = producer.send(args.topic, value=f"{record_id} {filler}".encode())
+        key = f"key-{i % 13}".encode() if args.key_every > 0 and i % args.key_every == 0 else None
+        future = producer.send(args.topic, key=key, value=f"{record_id} {filler}".encode())
         future.add_callback(lambda md, rid=record_id: on_ack(rid, md))
         future.add_errback(lambda err, rid=record_id: on_error(rid, err))
     producer.flush()

@@ -30,18 +30,35 @@ func main() {
 	rate := flag.Int("rate", 0, "records per second at most (0: as fast as it can)")
 	size := flag.Int("size", 1024, "bytes per record value")
 	prefix := flag.String("prefix", "fg-", "id prefix")
+	keyEvery := flag.Int("key-every", 0, "records 0, K, 2K, ... get a key, the others none (0: no keys)")
+	compression := flag.String("compression", "", "none, gzip, snappy, lz4 or zstd (default: franz-go's, snappy)")
 	flag.Parse()
 	if *bootstrap == "" || *topic == "" {
 		fmt.Fprintln(os.Stderr, "usage: franz-producer --bootstrap HOST:PORT --topic T [--count N] [--rate R] [--size B]")
 		os.Exit(2)
 	}
 
-	client, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelWarn, nil)),
-		kgo.RecordDeliveryTimeout(2*time.Minute),
-	)
+		kgo.RecordDeliveryTimeout(2 * time.Minute),
+	}
+	if *compression != "" {
+		codec, ok := map[string]kgo.CompressionCodec{
+			"none":   kgo.NoCompression(),
+			"gzip":   kgo.GzipCompression(),
+			"snappy": kgo.SnappyCompression(),
+			"lz4":    kgo.Lz4Compression(),
+			"zstd":   kgo.ZstdCompression(),
+		}[*compression]
+		if !ok {
+			fmt.Fprintln(os.Stderr, "unknown --compression", *compression)
+			os.Exit(2)
+		}
+		opts = append(opts, kgo.ProducerBatchCompression(codec))
+	}
+	client, err := kgo.NewClient(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(2)
@@ -69,7 +86,11 @@ func main() {
 		for j := len(id) + 1; j < len(value); j++ {
 			value[j] = byte('a' + random.IntN(26))
 		}
-		client.Produce(context.Background(), &kgo.Record{Value: value}, func(r *kgo.Record, err error) {
+		record := &kgo.Record{Value: value}
+		if *keyEvery > 0 && i%*keyEvery == 0 {
+			record.Key = []byte(fmt.Sprintf("key-%d", i%13))
+		}
+		client.Produce(context.Background(), record, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

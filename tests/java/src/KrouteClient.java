@@ -12,12 +12,13 @@
  * Exit code 0 on success, 1 on any failure (a line "error=<Exception>:<message>" is printed
  * first), 2 on bad usage.
  *
- * produce --topic T --count N [--idempotent true|false] [--acks all|1|0] [--keyed]
+ * produce --topic T --count N [--idempotent true|false] [--acks all|1|0] [--keyed | --key-every K]
  *         [--id-prefix P] [--transactional-id X [--abort]] [--record-size BYTES]
  *         [--compression none|gzip|snappy|lz4|zstd] [--timeout-ms MS] [--linger-ms MS]
  *         [--per-second N] [--oversize-at I --oversize-bytes B] [--transactions T]
  *     value = id + (' ' + 'x' padding up to --record-size bytes), id = P + 8-digit sequence
- *     (default P "id-"); key = "key-<i % 10>" with --keyed, else null. Waits for every ack.
+ *     (default P "id-"); key = "key-<i % 10>" with --keyed (with --key-every K only for i a
+ *     multiple of K: batches that mix keyed and keyless records), else null. Waits for every ack.
  *     --per-second N paces the sends to about N records/s (0, the default: unpaced).
  *     --oversize-at I --oversize-bytes B: record I (0-based) gets a B-byte value (id + padding)
  *     so that it is rejected as too large. For the BROKER to reject it, B must exceed the topic's
@@ -272,6 +273,8 @@ public final class KrouteClient {
         if (transactions > 1 && txnId == null) throw new UsageError("--transactions needs --transactional-id");
         boolean abort = a.flag("abort");
         boolean keyed = a.flag("keyed");
+        int keyEvery = a.integer("key-every", 0);
+        if (keyEvery < 0) throw new UsageError("--key-every must be >= 0");
         String prefix = a.opt("id-prefix", "id-");
         if (prefix.matches(".*\\s.*")) throw new UsageError("--id-prefix must not contain spaces");
         int recordSize = a.integer("record-size", 0);
@@ -353,7 +356,7 @@ public final class KrouteClient {
                 int wantSize = i == oversizeAt ? oversizeBytes : recordSize;
                 if (wantSize > size) value = id + " " + "x".repeat(wantSize - size - 1);
                 ids[i] = id;
-                keys[i] = keyed ? "key-" + (i % 10) : null;
+                keys[i] = keyed || (keyEvery > 0 && i % keyEvery == 0) ? "key-" + (i % 10) : null;
                 sentAt[i] = System.nanoTime();
                 futures.add(producer.send(new ProducerRecord<>(topic, keys[i], value), (md, ex) -> {
                     ackedAt[idx] = System.nanoTime();
@@ -364,7 +367,7 @@ public final class KrouteClient {
                     // no metadata within max.block.ms (e.g. unknown topic): don't wait again per record
                     for (int j = i + 1; j < count; j++) {
                         ids[j] = prefix + String.format(Locale.ROOT, "%08d", j);
-                        keys[j] = keyed ? "key-" + (j % 10) : null;
+                        keys[j] = keyed || (keyEvery > 0 && j % keyEvery == 0) ? "key-" + (j % 10) : null;
                         errors[j] = errors[i];
                         futures.add(futures.get(i));
                     }
