@@ -103,12 +103,13 @@ print(",".join(leaders))
 PY
 }
 
-# start_sidecar_kroute STEM BASE TOPIC PORT_VAR COMMENT: a kroute in front of the cluster at $BOOT,
+# start_sidecar_kroute STEM BASE TOPIC PORT_VAR COMMENT [UPSTREAM [EXTRA_TOML]]: a kroute in front
+# of the cluster at UPSTREAM (default $BOOT; EXTRA_TOML goes after [upstream], e.g. its tls/sasl),
 # its brokers on ports BASE+1..3, bootstrap BASE+4, admin BASE+5, routing TOPIC (strict-cost); its
 # config $RAW/STEM.toml (first line: "# COMMENT"), its log $RAW/STEM.log, its pid appended to
 # KR_PIDS. Dies naming PORT_VAR (the setting that moves the ports) if one of them is taken.
 start_sidecar_kroute() {
-  local stem=$1 base=$2 topic=$3 port_var=$4 comment=$5 p
+  local stem=$1 base=$2 topic=$3 port_var=$4 comment=$5 upstream=${6:-$BOOT} extra=${7:-} p
   for p in 1 2 3 4 5; do
     port_open 127.0.0.1 $((base + p)) && die "port $((base + p)) is in use ($port_var)"
   done
@@ -121,7 +122,8 @@ bootstrap_port = $((base + 4))
 broker_port_base = $base
 
 [upstream]
-bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$BOOT")]
+bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$upstream")]
+$extra
 
 [admin]
 listen = "127.0.0.1:$((base + 5))"

@@ -12,7 +12,10 @@
 #   franz-go      tests/go/franz (idempotent, snappy by default); compressed: lz4
 #   kafka-python  tests/python/producer.py (3.x: idempotent by default); compressed: gzip
 # Modes: default; compressed; mixed (records 0, 2, 4, ... keyed, the others keyless, so batches mix
-# them). SASL passthrough (the issue's fourth mode) is not measured yet.
+# them); sasl (the client authenticates itself as alice, SASL PLAIN, through a kroute in
+# passthrough mode in front of the cluster's SASL_SSL listener, kroute's own identity SCRAM user
+# kroute; direct: the cluster's SASL_PLAINTEXT listener). sasl needs a cluster started with
+# --secured, and is skipped for franz-go (its test client has no SASL option).
 #
 # Each cell: a fresh topic of 6 partitions, 2 led by each broker (RF 3), BENCH_RECORDS records of
 # 1 KiB at BENCH_RATE/s; broker 2 delayed by BENCH_SLOW_MS (scripts/cluster.sh delay) for the
@@ -34,7 +37,7 @@ cd "$(dirname "$0")/.."
 . bench/common.sh
 
 BENCH_CLIENTS=${BENCH_CLIENTS:-librdkafka java franz-go kafka-python}
-BENCH_MODES=${BENCH_MODES:-default compressed mixed}
+BENCH_MODES=${BENCH_MODES:-default compressed mixed sasl}
 BENCH_RECORDS=${BENCH_RECORDS:-6000}
 BENCH_RATE=${BENCH_RATE:-2000}
 BENCH_SLOW_MS=${BENCH_SLOW_MS:-30}
@@ -71,17 +74,40 @@ bench_identity "bench/coverage.sh"
 bench_machine_meta >"$OUT/meta"
 scripts/cluster.sh delay 2 "$BENCH_SLOW_MS" >/dev/null
 
+# The secured listeners (scripts/cluster.sh secured: "key=value" lines), empty if not secured.
+SECURED=$(scripts/cluster.sh secured 2>/dev/null || true)
+secured() { sed -n "s/^$1=//p" <<<"$SECURED"; }
+PLAIN_JAAS='org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="alice-secret";'
+echo kroute-secret >"$RAW/kroute.password"
+SASL_TOML="[upstream.tls]
+ca_file = \"$(secured ca)\"
+
+[upstream.sasl]
+mode = \"passthrough\"
+mechanism = \"SCRAM-SHA-256\"
+username = \"kroute\"
+password_file = \"$PWD/$RAW/kroute.password\""
+
 # produce CLIENT MODE BOOTSTRAP TOPIC LOG: BENCH_RECORDS records, paced, the client's defaults
 # changed only by MODE.
 produce() {
   local client=$1 mode=$2 boot=$3 topic=$4 log=$5 extra=()
   case $client in
   librdkafka)
-    case $mode in compressed) extra=(compression.codec=lz4) ;; mixed) extra=(kroute.keys=13 kroute.key_every=2) ;; esac
+    case $mode in
+    compressed) extra=(compression.codec=lz4) ;;
+    mixed) extra=(kroute.keys=13 kroute.key_every=2) ;;
+    sasl) extra=(security.protocol=SASL_PLAINTEXT sasl.mechanism=PLAIN sasl.username=alice sasl.password=alice-secret) ;;
+    esac
     target/release/examples/rdkafka_perf "$boot" "$topic" "$BENCH_RECORDS" 1024 "$BENCH_RATE" \
       acks=all linger.ms=5 "${extra[@]}" ;;
   java)
-    case $mode in compressed) extra=(--compression lz4) ;; mixed) extra=(--key-every 2) ;; esac
+    case $mode in
+    compressed) extra=(--compression lz4) ;;
+    mixed) extra=(--key-every 2) ;;
+    sasl) extra=(--client-config security.protocol=SASL_PLAINTEXT --client-config sasl.mechanism=PLAIN
+      --client-config "sasl.jaas.config=$PLAIN_JAAS") ;;
+    esac
     tests/java/run.sh produce --bootstrap "$boot" --topic "$topic" --count "$BENCH_RECORDS" \
       --record-size 1024 --per-second "$BENCH_RATE" "${extra[@]}" ;;
   franz-go)
@@ -89,7 +115,11 @@ produce() {
     target/go/franz-producer --bootstrap "$boot" --topic "$topic" --count "$BENCH_RECORDS" \
       --rate "$BENCH_RATE" --size 1024 "${extra[@]}" ;;
   kafka-python)
-    case $mode in compressed) extra=(--compression gzip) ;; mixed) extra=(--key-every 2) ;; esac
+    case $mode in
+    compressed) extra=(--compression gzip) ;;
+    mixed) extra=(--key-every 2) ;;
+    sasl) extra=(--sasl PLAIN:alice:alice-secret) ;;
+    esac
     "$PYTHON" tests/python/producer.py --bootstrap "$boot" --topic "$topic" --count "$BENCH_RECORDS" \
       --rate "$BENCH_RATE" --size 1024 "${extra[@]}" ;;
   *) die "unknown client $client" ;;
@@ -113,6 +143,10 @@ printf 'client\tmode\tcase\ttopic\n' >"$OUT/cells.tsv"
 cell=0
 for client in $BENCH_CLIENTS; do
   for mode in $BENCH_MODES; do
+    if [ "$mode" = sasl ] && { [ -z "$SECURED" ] || [ "$client" = franz-go ]; }; then
+      say "$client, sasl: skipped (${SECURED:+the test client has no SASL option}${SECURED:-the cluster is not secured})"
+      continue
+    fi
     for case in direct kroute; do
       cell=$((cell + 1))
       topic=bench-cov-$client-$mode-$case-$$-$cell
@@ -120,8 +154,14 @@ for client in $BENCH_CLIENTS; do
         --config min.insync.replicas=2 >/dev/null || die "cannot create $topic"
       stem=$client-$mode-$case
       boot=$BOOT
-      if [ "$case" = kroute ]; then
+      [ "$mode" = sasl ] && boot=$(secured sasl_plaintext)
+      if [ "$case" = kroute ] && [ "$mode" = sasl ]; then
+        start_sidecar_kroute "$stem" "$BENCH_PORT_BASE" "$topic" BENCH_PORT_BASE "$client $mode" \
+          "$(secured sasl_ssl)" "$SASL_TOML"
+      elif [ "$case" = kroute ]; then
         start_sidecar_kroute "$stem" "$BENCH_PORT_BASE" "$topic" BENCH_PORT_BASE "$client $mode"
+      fi
+      if [ "$case" = kroute ]; then
         wait_sidecar_ready "$stem" "$BENCH_PORT_BASE"
         boot=127.0.0.1:$((BENCH_PORT_BASE + 4))
       fi

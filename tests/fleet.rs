@@ -36,6 +36,9 @@ const CAP_MBPS: f64 = 1.0;
 /// Records of about 1 KB a second per producer: 4 x 750 = 3 MB/s in all, six times what broker 2
 /// can take, so a plain client's third (1 MB/s) would be twice too much for it.
 const PER_SECOND: u32 = 750;
+/// Each producer releases its records in this many bursts a second, one batch each (the shape
+/// the bounds below were measured with).
+const BURSTS: u32 = 20;
 /// Seconds each producer sends.
 const SEND_SECONDS: u32 = 28;
 /// Seconds from the producers' start to the first counted interval: the sidecars learn broker 2
@@ -103,6 +106,7 @@ fn four_sidecars_keep_a_capped_broker_inside_a_band() {
                     let how = Produce {
                         prefix,
                         per_second: Some(PER_SECOND),
+                        bursts: BURSTS,
                         ..Default::default()
                     };
                     produce(&k.bootstrap, topic, count, how).len()

@@ -29,6 +29,9 @@ pub struct Produce<'a> {
     pub keys: Keys,
     /// Records a second at most (an offered load the cluster can take); None: as fast as it can.
     pub per_second: Option<u32>,
+    /// Releases per second of `per_second`'s records: 0 releases each at its due time, N
+    /// releases them in N bursts a second (each burst one request to one broker).
+    pub bursts: u32,
     /// Send every record to this partition instead of letting the partitioner choose.
     pub partition: Option<i32>,
     /// `enable.idempotence` (librdkafka's default is false).
@@ -44,6 +47,7 @@ impl Default for Produce<'_> {
             codec: "none",
             keys: Keys::None,
             per_second: None,
+            bursts: 0,
             partition: None,
             idempotent: false,
             config: &[],
@@ -82,14 +86,20 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
     rt.block_on(async {
         let pad = "v".repeat(1000);
         // Pacing: each record at its due time (the timer's millisecond releases a few at
-        // once). Releasing the rate in 20 bursts a second made each burst one request to one
-        // broker, and a broker's share of a second 20 coin tosses.
+        // once), or `bursts` times a second. In 20 bursts a second each burst is one request
+        // to one broker, and a broker's share of a second is 20 coin tosses.
         let start = tokio::time::Instant::now();
         let mut pending = Vec::with_capacity(count);
         for i in 0..count {
             if let Some(rate) = how.per_second {
-                let due = start + Duration::from_secs_f64(i as f64 / f64::from(rate));
-                tokio::time::sleep_until(due).await;
+                let per_burst = match how.bursts {
+                    0 => 1,
+                    n => (rate / n).max(1) as usize,
+                };
+                if i % per_burst == 0 {
+                    let due = start + Duration::from_secs_f64(i as f64 / f64::from(rate));
+                    tokio::time::sleep_until(due).await;
+                }
             }
             let id = format!("{}{i:08}", how.prefix);
             let value = format!("{id} {pad}");
