@@ -14,7 +14,15 @@ import sys
 from benchdoc import replace_section
 
 ELIGIBLE = ("no_better_broker", "no_partition")
-NOT_ELIGIBLE = ("idempotent", "uninspectable", "malformed", "unknown_topic")
+NOT_ELIGIBLE = (
+    "idempotent",
+    "policy",
+    "uninspectable",
+    "malformed",
+    "unknown_topic",
+    "transactional",
+    "control",
+)
 START = "<!-- bench-coverage: start -->"
 END = "<!-- bench-coverage: end -->"
 
