@@ -37,45 +37,37 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
         let acked = produce(&kroute.bootstrap, &topic, count, paced(prefix));
         (acked, share_of_broker_2(before, produce_bytes(kroute)))
     };
+    // Rounds of 1 s until `done` holds of broker 2's share of a round, at most `most`: the
+    // shares walk a bounded step per lease, so a change takes a few seconds to show.
+    let rounds_until = |prefix: &str, most: usize, done: &dyn Fn(f64) -> bool| {
+        let (mut acked, mut shares) = (Vec::new(), Vec::new());
+        while !shares.last().is_some_and(|s| done(*s)) {
+            assert!(
+                shares.len() < most,
+                "broker 2's share did not get there within {most} rounds ({prefix}): {shares:.3?}"
+            );
+            let (more, share) = phase(3_000, &format!("{prefix}{}-", shares.len()));
+            acked.extend(more);
+            shares.push(share);
+        }
+        (acked, shares)
+    };
 
     // What broker 2 gets while healthy, in this run: brokers as equal as three on one loaded
     // machine are not (one answered 25% slower than the others in every phase of some runs,
     // and so got a fifth of the bytes, not a third). Coming back means back to this.
     SlowBroker::set(0);
     let (healthy_phase, healthy_share) = phase(15_000, "healthy-");
-    // Broker 2 turns slow: 1 s rounds until a round gives it less than half its healthy share
-    // (the shares walk there a bounded step per lease), at most 10; then the slow phase.
+    // Broker 2 turns slow: it leaves (a round below half its healthy share within 10 s), then
+    // the slow phase.
     SlowBroker::set(SLOW_MS);
-    let mut leaving = Vec::new();
-    let mut left = Vec::new();
-    while left.last().is_none_or(|s| *s >= 0.5 * healthy_share) {
-        assert!(
-            left.len() < 10,
-            "broker 2 kept half its healthy {healthy_share:.3} or more for 10 s after it slowed: {left:.3?}"
-        );
-        let (acked, share) = phase(3_000, &format!("leave{}-", left.len()));
-        leaving.extend(acked);
-        left.push(share);
-    }
+    let (leaving, left) = rounds_until("leave", 10, &|s| s < 0.5 * healthy_share);
     let (slow_phase, slow_share) = phase(15_000, "slow-");
-    // Back means three quarters of the healthy share, or of an equal one where it got more
-    // (0.55 in one run, while the others answered slower).
-    let back = 0.75 * healthy_share.min(1.0 / 3.0);
-
+    // Broker 2 recovers: it comes back (a round at three quarters of its healthy share, or of
+    // an equal one where it got more, 0.55 in one run, within 20 s), then 5 s more.
     SlowBroker::set(0);
-    // Broker 2 comes back: produce in rounds of 1 s until a round gives it `back`, at most 20
-    // rounds; then measure whether it stays back.
-    let mut warm = Vec::new();
-    let mut rounds = Vec::new();
-    while rounds.last().is_none_or(|s| *s < back) {
-        assert!(
-            rounds.len() < 20,
-            "broker 2 stayed below {back:.3} (healthy: {healthy_share:.3}) for 20 s after it recovered: {rounds:.3?}"
-        );
-        let (acked, share) = phase(3_000, &format!("warm{}-", rounds.len()));
-        warm.extend(acked);
-        rounds.push(share);
-    }
+    let back = 0.75 * healthy_share.min(1.0 / 3.0);
+    let (warm, rounds) = rounds_until("warm", 20, &|s| s >= back);
     let (fast_phase, recovered_share) = phase(15_000, "fast-");
     eprintln!(
         "broker 2 share of produce bytes: healthy {healthy_share:.3}, 1 s rounds after it slowed \
