@@ -6,9 +6,11 @@
 //! are decompressed to look, with a size limit, and the original bytes are what gets forwarded.
 //! The record walk reads only lengths and the key length of each record: no allocation per record.
 
-use std::io::Read;
+use std::borrow::Cow;
 
 use bytes::Bytes;
+
+use super::codec::decompress;
 
 /// Decompressed bytes one request may cost to inspect; batches beyond it stay where they are.
 /// (Decompression runs on the connection's task: this bounds both memory and time per request.)
@@ -37,15 +39,18 @@ impl InspectBudget {
 }
 
 // Record batch v2 layout (byte offsets).
-const BATCH_LENGTH: usize = 8;
-const MAGIC: usize = 16;
-const ATTRIBUTES: usize = 21;
-const CRC: usize = 17;
-const PRODUCER_ID: usize = 43;
-const PRODUCER_EPOCH: usize = 51;
-const BASE_SEQUENCE: usize = 53;
-const RECORD_COUNT: usize = 57;
-const RECORDS: usize = 61;
+pub(super) const BATCH_LENGTH: usize = 8;
+pub(super) const MAGIC: usize = 16;
+pub(super) const CRC: usize = 17;
+pub(super) const ATTRIBUTES: usize = 21;
+pub(super) const LAST_OFFSET_DELTA: usize = 23;
+pub(super) const BASE_TIMESTAMP: usize = 27;
+pub(super) const MAX_TIMESTAMP: usize = 35;
+pub(super) const PRODUCER_ID: usize = 43;
+pub(super) const PRODUCER_EPOCH: usize = 51;
+pub(super) const BASE_SEQUENCE: usize = 53;
+pub(super) const RECORD_COUNT: usize = 57;
+pub(super) const RECORDS: usize = 61;
 
 /// Why a batch stays on the partition the client chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +73,13 @@ pub enum KeepReason {
     Home,
     /// Compressed data too large to inspect, or that would not decompress.
     Uninspectable,
+    /// Keyed and keyless records that could not be split ([`super::divide`]): a part would
+    /// be larger than the batch, or its codec cannot be written.
+    Unsplittable,
 }
 
 impl KeepReason {
-    pub const ALL: [KeepReason; 10] = [
+    pub const ALL: [KeepReason; 11] = [
         KeepReason::Malformed,
         KeepReason::Keyed,
         KeepReason::Idempotent,
@@ -82,6 +90,7 @@ impl KeepReason {
         KeepReason::NoPartition,
         KeepReason::Home,
         KeepReason::Uninspectable,
+        KeepReason::Unsplittable,
     ];
 
     pub fn label(self) -> &'static str {
@@ -96,6 +105,7 @@ impl KeepReason {
             KeepReason::NoPartition => "no_partition",
             KeepReason::Home => "no_better_broker",
             KeepReason::Uninspectable => "uninspectable",
+            KeepReason::Unsplittable => "unsplittable",
         }
     }
 }
@@ -254,114 +264,34 @@ fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<u32, KeepR
     let count = read_i32(batch, RECORD_COUNT)
         .and_then(|c| u32::try_from(c).ok())
         .ok_or(KeepReason::Malformed)?;
-    let region = batch.slice(RECORDS..);
-    let all_null = match attributes & 0x07 {
-        0 => all_keys_null(&region, count),
-        codec => {
-            let plain = decompress(codec, &region, budget.remaining)?;
-            budget.remaining -= plain.len() as u64;
-            all_keys_null(&plain, count)
-        }
-    }?;
-    if all_null {
+    let plain = plain_records(batch, budget)?;
+    if all_keys_null(&plain, count)? {
         Ok(count)
     } else {
         Err(KeepReason::Keyed)
     }
 }
 
-/// Decompresses a records region, giving up (Uninspectable) past `limit` bytes of output.
-fn decompress(codec: i16, region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReason> {
-    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
-    match codec {
-        1 => read_bounded(&mut flate2::read::MultiGzDecoder::new(region), cap),
-        2 => snappy(region, limit),
-        3 => read_bounded(
-            &mut lz4::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?,
-            cap,
-        ),
-        4 => read_bounded(&mut zstd_decoder(region)?, cap),
-        _ => Err(KeepReason::Malformed),
+/// The records region of a magic v2 `batch`, decompressed within `budget` if it is compressed
+/// (borrowed if not).
+pub(super) fn plain_records<'b>(
+    batch: &'b [u8],
+    budget: &mut InspectBudget,
+) -> Result<Cow<'b, [u8]>, KeepReason> {
+    let attributes = read_i16(batch, ATTRIBUTES).ok_or(KeepReason::Malformed)?;
+    let region = batch.get(RECORDS..).ok_or(KeepReason::Malformed)?;
+    match attributes & 0x07 {
+        0 => Ok(Cow::Borrowed(region)),
+        codec => {
+            let plain = decompress(codec, region, budget.remaining)?;
+            budget.remaining -= plain.len() as u64;
+            Ok(Cow::Owned(plain))
+        }
     }
 }
 
-/// Reads a decoder's whole output, giving up (Uninspectable) past `limit` bytes. By hand, not
-/// `take(limit + 1).read_to_end`: that doubles its buffer past the limit, up to twice it, and
-/// holds the old and the new buffer at once while growing (3x the limit; the batch_inspect fuzz
-/// target found it). Here the buffer never outgrows the limit, and growing holds at most 1.5x.
-fn read_bounded(reader: &mut dyn Read, limit: usize) -> Result<Vec<u8>, KeepReason> {
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(out),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return Err(KeepReason::Uninspectable),
-        };
-        let len = out.len() + n;
-        if len > limit {
-            return Err(KeepReason::Uninspectable);
-        }
-        if len > out.capacity() {
-            let grown = out.capacity().saturating_mul(2).clamp(len, limit);
-            out.reserve_exact(grown - out.len());
-        }
-        out.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// The largest zstd window kroute decodes: 2^26 bytes, the 64 MiB inspection budget. The C
-/// decoder allocates the window a frame header announces before any output, up to 2^27 (128
-/// MiB) by default; only frames written with the ultra levels 20-22 ask for more than 2^26, and
-/// those batches stay where the client put them (uninspectable).
-const ZSTD_WINDOW_LOG_MAX: u32 = 26;
-
-fn zstd_decoder(region: &[u8]) -> Result<impl Read + '_, KeepReason> {
-    let mut decoder =
-        zstd::stream::read::Decoder::new(region).map_err(|_| KeepReason::Uninspectable)?;
-    decoder
-        .window_log_max(ZSTD_WINDOW_LOG_MAX)
-        .map_err(|_| KeepReason::Uninspectable)?;
-    Ok(decoder)
-}
-
-/// Snappy as Kafka clients write it: xerial framing (a magic header, then length-prefixed raw
-/// snappy blocks), or one raw block. Each block announces its decompressed length, which is
-/// checked against `limit` before anything is allocated.
-fn snappy(region: &[u8], limit: u64) -> Result<Vec<u8>, KeepReason> {
-    const XERIAL_MAGIC: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-    let mut blocks: Vec<&[u8]> = Vec::new();
-    if region.starts_with(XERIAL_MAGIC) {
-        let mut pos = 16; // magic, version i32, compatible-version i32
-        while pos < region.len() {
-            let len = read_i32(region, pos)
-                .and_then(|l| usize::try_from(l).ok())
-                .ok_or(KeepReason::Uninspectable)?;
-            let block = region
-                .get(pos + 4..pos + 4 + len)
-                .ok_or(KeepReason::Uninspectable)?;
-            blocks.push(block);
-            pos += 4 + len;
-        }
-    } else {
-        blocks.push(region);
-    }
-    let mut out = Vec::new();
-    let mut decoder = snap::raw::Decoder::new();
-    for block in blocks {
-        let n = snap::raw::decompress_len(block).map_err(|_| KeepReason::Uninspectable)?;
-        if (out.len() + n) as u64 > limit {
-            return Err(KeepReason::Uninspectable);
-        }
-        let start = out.len();
-        out.resize(start + n, 0);
-        let written = decoder
-            .decompress(block, &mut out[start..])
-            .map_err(|_| KeepReason::Uninspectable)?;
-        out.truncate(start + written);
-    }
-    Ok(out)
+pub(super) fn read_i16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
 /// Reads a zigzag varint (as used inside records) as i64.
@@ -465,37 +395,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn snappy_bomb_is_refused_before_allocating() {
-        // A raw snappy block announcing 4 GiB of output in 5 bytes.
-        let bomb = [0x80, 0x80, 0x80, 0x80, 0x0f];
-        assert_eq!(snappy(&bomb, 1024), Err(KeepReason::Uninspectable));
-        let mut framed = vec![
-            0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1,
-        ];
-        framed.extend_from_slice(&5i32.to_be_bytes());
-        framed.extend_from_slice(&bomb);
-        assert_eq!(snappy(&framed, 1024), Err(KeepReason::Uninspectable));
-    }
-
-    #[test]
-    fn decompressing_never_holds_a_buffer_larger_than_the_limit() {
-        // 550 KiB of output under a 600 KiB limit: a doubling buffer would reach 1 MiB.
-        let limit = 600 * 1024;
-        let plain = vec![7u8; 550 * 1024];
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut gz, &plain).unwrap();
-        let gz = gz.finish().unwrap();
-        let out = decompress(1, &gz, limit as u64).unwrap();
-        assert_eq!(out, plain);
-        assert!(out.capacity() <= limit, "capacity {}", out.capacity());
-        assert_eq!(
-            decompress(1, &gz, plain.len() as u64 - 1),
-            Err(KeepReason::Uninspectable)
-        );
-        assert_eq!(decompress(1, &gz, plain.len() as u64).unwrap(), plain);
-    }
-
-    #[test]
     fn the_per_request_budget_is_shared_by_its_batches() {
         let b = batch(&[None], Compression::Gzip, -1, false);
         let mut budget = InspectBudget { remaining: 200 };
@@ -577,30 +476,6 @@ pub(crate) mod tests {
         compressed[n - 8..].fill(0);
         compressed[65..70].fill(0x55);
         assert!(check(&Bytes::from(compressed)).is_err());
-    }
-
-    /// A zstd frame asking for a 2^27-byte window (ultra levels, streamed: no content size)
-    /// would make the C decoder allocate 128 MiB before any output, twice the budget.
-    #[test]
-    fn zstd_windows_above_the_budget_are_not_decoded() {
-        use std::io::Write;
-        let frame = |window_log: u32| {
-            let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
-            encoder
-                .set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))
-                .unwrap();
-            encoder.include_contentsize(false).unwrap();
-            encoder.write_all(&[7u8; 4096]).unwrap();
-            encoder.finish().unwrap()
-        };
-        assert_eq!(
-            decompress(4, &frame(26), 1 << 26).map(|p| p.len()),
-            Ok(4096)
-        );
-        assert_eq!(
-            decompress(4, &frame(27), 1 << 26),
-            Err(KeepReason::Uninspectable)
-        );
     }
 
     /// An idempotent batch of `n` keyless records: producer 7, epoch 0, sequences 0..n.

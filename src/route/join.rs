@@ -15,20 +15,11 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::batch::{read_i32, read_i64, varint};
-
-const BATCH_LENGTH: usize = 8;
-const MAGIC: usize = 16;
-const CRC: usize = 17;
-const ATTRIBUTES: usize = 21;
-const LAST_OFFSET_DELTA: usize = 23;
-const BASE_TIMESTAMP: usize = 27;
-const MAX_TIMESTAMP: usize = 35;
-const PRODUCER_ID: usize = 43;
-const PRODUCER_EPOCH: usize = 51;
-const BASE_SEQUENCE: usize = 53;
-const RECORD_COUNT: usize = 57;
-const RECORDS: usize = 61;
+use super::batch::{
+    ATTRIBUTES, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, LAST_OFFSET_DELTA, MAGIC,
+    MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS, read_i16, read_i32,
+    read_i64, varint,
+};
 
 /// Whether `records` is exactly one magic v2 batch that can be joined with others: no
 /// compression, CreateTime, not transactional, not a control batch, length consistent.
@@ -132,12 +123,8 @@ fn reframe(batch: &[u8], shift: i64, offset: i64, mut out: Option<&mut BytesMut>
     (pos == body.len()).then_some(count)
 }
 
-fn read_i16(b: &[u8], at: usize) -> Option<i16> {
-    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
 /// Writes a zigzag varint into `out` (room for 10 bytes); returns its length.
-fn put_varint(out: &mut [u8], value: i64) -> usize {
+pub(super) fn put_varint(out: &mut [u8], value: i64) -> usize {
     let mut raw = ((value << 1) ^ (value >> 63)) as u64;
     let mut n = 0;
     while raw >= 0x80 {
@@ -150,7 +137,7 @@ fn put_varint(out: &mut [u8], value: i64) -> usize {
 }
 
 /// Writes a zigzag varint at the end of `out`.
-fn put_varint_buf(out: &mut impl BufMut, value: i64) {
+pub(super) fn put_varint_buf(out: &mut impl BufMut, value: i64) {
     let mut buf = [0u8; 10];
     let n = put_varint(&mut buf, value);
     out.put_slice(&buf[..n]);

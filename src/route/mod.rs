@@ -11,6 +11,8 @@
 //! is only the first user of this mechanism.
 
 pub mod batch;
+pub mod codec;
+pub mod divide;
 pub mod join;
 pub mod produce;
 pub mod producers;

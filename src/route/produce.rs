@@ -21,7 +21,9 @@ use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use super::batch::{InspectBudget, KeepReason, inspect};
+use super::divide::{Divided, divide};
 use super::{Merge, Part, Plan, Split};
+use crate::cluster::TopicLayout;
 use crate::config::Strategy;
 use crate::protocol::header::{ProduceHead, RequestHead};
 use crate::protocol::produce::{TopicEntry, parse_produce_body};
@@ -108,90 +110,86 @@ pub fn plan(
         } else {
             None
         };
-        // Partitions this request already names (original or assigned): never twice.
-        let mut used: HashSet<i32> = topic.partitions.iter().map(|p| p.index).collect();
-        // The broker this request's movable batches of the topic go to, and the brokers that
-        // have no partition left free in this request.
-        let mut target: Option<i32> = None;
-        let mut exhausted: Vec<i32> = Vec::new();
+        let mut targets = Targets {
+            proxy,
+            name: name_str,
+            now,
+            used: topic.partitions.iter().map(|p| p.index).collect(),
+            broker: None,
+            exhausted: Vec::new(),
+        };
         for entry in &topic.partitions {
             let verdict = match (&layout, &entry.records) {
                 _ if !routed => Err(KeepReason::Policy),
                 (None, _) => Err(KeepReason::UnknownTopic),
                 (_, None) => Err(KeepReason::Malformed),
                 (Some(layout), Some(records)) => {
-                    inspect(records, &mut budget).and_then(|movable| {
-                        if movable.idempotent {
-                            // Not owned by kroute (see `sequenced`): its numbers must stay.
-                            return Err(KeepReason::Idempotent);
-                        }
-                        loop {
-                            let broker = match target {
-                                Some(b) => b,
-                                None => {
-                                    let router = &proxy.router;
-                                    let leaders = layout.leaders();
-                                    let b = router
-                                        .strict_cost
-                                        .pick_excluding(
-                                            name_str,
-                                            leaders,
-                                            &exhausted,
-                                            &router.scores,
-                                            now,
-                                        )
-                                        .ok_or(KeepReason::NoPartition)?;
-                                    *target.insert(b)
-                                }
-                            };
-                            let strategy = &proxy.router.strict_cost;
-                            if layout.leader_of(entry.index) == Some(broker) {
-                                strategy.charge(name_str, broker, records.len());
-                                return Err(KeepReason::Home);
-                            }
-                            let free: Vec<i32> = layout
-                                .led_by(broker)
-                                .filter(|p| !used.contains(p))
-                                .collect();
-                            if free.is_empty() {
-                                // Overflow: the rest of this request's batches go to the next broker.
-                                exhausted.push(broker);
-                                target = None;
-                                continue;
-                            }
-                            let partition =
-                                free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
-                            used.insert(partition);
-                            strategy.charge(name_str, broker, records.len());
-                            return Ok((broker, partition, movable.records));
-                        }
-                    })
+                    verdict(&mut targets, layout, entry.index, records, &mut budget)
                 }
             };
-            let (node, partition, moved) = match verdict {
-                Ok((broker, partition, records)) => {
-                    let bytes = entry.records.as_ref().map_or(0, |r| r.len());
+            let bytes = entry.records.as_ref().map_or(0, |r| r.len());
+            let route = match verdict {
+                Ok(Verdict::Move {
+                    broker,
+                    partition,
+                    records,
+                }) => {
                     moves.push((name_str, broker, records, bytes));
-                    (broker, partition, true)
+                    let part = destination(&mut destinations, broker);
+                    add_entry(
+                        &mut destinations[part].1,
+                        name,
+                        partition,
+                        entry.records.clone(),
+                    );
+                    Route::Part {
+                        part,
+                        partition,
+                        moved: true,
+                    }
+                }
+                Ok(Verdict::Divide {
+                    broker,
+                    partition,
+                    divided,
+                }) => {
+                    kept.keep(KeepReason::Keyed, home, divided.keyed.len());
+                    let moving = (divided.keyless_records, divided.keyless.len());
+                    moves.push((name_str, broker, moving.0, moving.1));
+                    let part = destination(&mut destinations, broker);
+                    add_entry(
+                        &mut destinations[part].1,
+                        name,
+                        partition,
+                        Some(divided.keyless),
+                    );
+                    add_entry(
+                        &mut destinations[0].1,
+                        name,
+                        entry.index,
+                        Some(divided.keyed),
+                    );
+                    Route::Divided {
+                        stayed: (0, entry.index),
+                        moved: (part, partition),
+                    }
                 }
                 Err(reason) => {
-                    let bytes = entry.records.as_ref().map_or(0, |r| r.len());
                     kept.keep(reason, home, bytes);
-                    (home, entry.index, false)
+                    add_entry(
+                        &mut destinations[0].1,
+                        name,
+                        entry.index,
+                        entry.records.clone(),
+                    );
+                    Route::Part {
+                        part: 0,
+                        partition: entry.index,
+                        moved: false,
+                    }
                 }
             };
-            let part = destination(&mut destinations, node);
-            add_entry(
-                &mut destinations[part].1,
-                name,
-                partition,
-                entry.records.clone(),
-            );
-            topic_routes.push(Route::Part {
-                part,
-                partition,
-                moved,
-            });
+            topic_routes.push(route);
         }
         routes.push(topic_routes);
     }
@@ -205,11 +203,7 @@ pub fn plan(
     for (node_id, topic_data) in destinations {
         if topic_data.is_empty() {
             // Everything for home moved away; send home nothing, and shift part indexes.
-            for r in routes.iter_mut().flatten() {
-                if let Route::Part { part, .. } = r {
-                    *part -= 1;
-                }
-            }
+            routes.iter_mut().flatten().for_each(Route::shift_down);
             continue;
         }
         let body = ProduceRequest::default()
@@ -234,6 +228,118 @@ pub fn plan(
     let merge = (produce.acks != 0)
         .then(|| Box::new(ProduceMerge::new(head, topics, routes)) as Box<dyn Merge>);
     Plan::Split(Split { parts, merge })
+}
+
+/// What happens to one partition entry of a routed topic that kroute can read.
+enum Verdict {
+    /// The whole entry moves to `partition` of `broker`.
+    Move {
+        broker: i32,
+        partition: i32,
+        records: u32,
+    },
+    /// Its keyed records stay, its keyless ones move to `partition` of `broker`.
+    Divide {
+        broker: i32,
+        partition: i32,
+        divided: Divided,
+    },
+}
+
+/// Decides where the entry for client partition `index` goes: keyless batches move, mixed ones
+/// are divided ([`crate::route::divide`]) and their keyless part moves, the rest stays.
+fn verdict(
+    targets: &mut Targets,
+    layout: &TopicLayout,
+    index: i32,
+    records: &Bytes,
+    budget: &mut InspectBudget,
+) -> Result<Verdict, KeepReason> {
+    match inspect(records, budget) {
+        // Not owned by kroute (see `sequenced`): its numbers must stay.
+        Ok(movable) if movable.idempotent => Err(KeepReason::Idempotent),
+        Ok(movable) => {
+            let (broker, partition) = targets.pick(layout, index, records.len())?;
+            Ok(Verdict::Move {
+                broker,
+                partition,
+                records: movable.records,
+            })
+        }
+        Err(KeepReason::Keyed) => {
+            let divided = divide(records, budget)?;
+            let (broker, partition) = targets.pick(layout, index, divided.keyless.len())?;
+            Ok(Verdict::Divide {
+                broker,
+                partition,
+                divided,
+            })
+        }
+        Err(reason) => Err(reason),
+    }
+}
+
+/// Where one topic's movable records of a request go: one broker per request (the next one
+/// once it has no partition left that the request does not already name).
+struct Targets<'a> {
+    proxy: &'a Proxy,
+    name: &'a str,
+    now: Instant,
+    /// Partitions this request already names (original or assigned): never twice.
+    used: HashSet<i32>,
+    /// The broker this request's movable records of the topic go to.
+    broker: Option<i32>,
+    /// Brokers that have no partition left free in this request.
+    exhausted: Vec<i32>,
+}
+
+impl Targets<'_> {
+    /// The broker and partition for `bytes` of movable records sent to client partition
+    /// `index`; Err(Home) if the strategy picks the broker that leads it.
+    fn pick(
+        &mut self,
+        layout: &TopicLayout,
+        index: i32,
+        bytes: usize,
+    ) -> Result<(i32, i32), KeepReason> {
+        let router = &self.proxy.router;
+        loop {
+            let broker = match self.broker {
+                Some(b) => b,
+                None => {
+                    let b = router
+                        .strict_cost
+                        .pick_excluding(
+                            self.name,
+                            layout.leaders(),
+                            &self.exhausted,
+                            &router.scores,
+                            self.now,
+                        )
+                        .ok_or(KeepReason::NoPartition)?;
+                    *self.broker.insert(b)
+                }
+            };
+            if layout.leader_of(index) == Some(broker) {
+                router.strict_cost.charge(self.name, broker, bytes);
+                return Err(KeepReason::Home);
+            }
+            let free: Vec<i32> = layout
+                .led_by(broker)
+                .filter(|p| !self.used.contains(p))
+                .collect();
+            if free.is_empty() {
+                // Overflow: the rest of this request's batches go to the next broker.
+                self.exhausted.push(broker);
+                self.broker = None;
+                continue;
+            }
+            let partition = free[PARTITION_CURSOR.fetch_add(1, Ordering::Relaxed) % free.len()];
+            self.used.insert(partition);
+            router.strict_cost.charge(self.name, broker, bytes);
+            return Ok((broker, partition));
+        }
+    }
 }
 
 /// Topic entries with their names as Kafka topic names; None if a name is not UTF-8 or a

@@ -61,7 +61,8 @@ impl Class {
             | KeepReason::Idempotent
             | KeepReason::Transactional
             | KeepReason::Control
-            | KeepReason::Uninspectable => Class::Pinned,
+            | KeepReason::Uninspectable
+            | KeepReason::Unsplittable => Class::Pinned,
         }
     }
 

@@ -47,6 +47,26 @@ pub enum Route {
     /// Waited in kroute: part `part` answers this one batch, for whichever partition it was
     /// finally placed on (or for the client's, if kroute answered it).
     Waiting { part: usize },
+    /// Divided ([`crate::route::divide`]): the keyed records `stayed` on the client's partition
+    /// (part, partition), the keyless ones `moved` to another.
+    Divided {
+        stayed: (usize, i32),
+        moved: (usize, i32),
+    },
+}
+
+impl Route {
+    /// Shifts the part indexes down by one: the part before them was dropped.
+    pub fn shift_down(&mut self) {
+        match self {
+            Route::Part { part, .. } | Route::Waiting { part } => *part -= 1,
+            Route::Divided { stayed, moved } => {
+                stayed.0 -= 1;
+                moved.0 -= 1;
+            }
+            Route::Local { .. } => {}
+        }
+    }
 }
 
 /// Merges the answers of a split Produce request back into the client's partitions.
@@ -148,7 +168,34 @@ fn entry_answer<'a>(
             let p = answer.unwrap_or_else(|| no_answer(UNANSWERED));
             if *moved { moved_answer(p) } else { p }
         }
+        Route::Divided { stayed, moved } => {
+            let stayed = found.get(&(stayed.0, name, stayed.1)).cloned();
+            let moved = found.get(&(moved.0, name, moved.1)).cloned();
+            divided_answer(
+                stayed.unwrap_or_else(|| no_answer(UNANSWERED)),
+                moved.unwrap_or_else(|| no_answer(UNANSWERED)),
+            )
+        }
     }
+}
+
+/// The answer for a divided batch: the part that stayed, with its base offset (the offsets of
+/// the client's records after its first moved one are not base + index, as with any moved
+/// batch), unless only the part that moved failed: then that part's error, so the client
+/// retries the batch. A plain producer's retry appends again the part that succeeded, as after
+/// any answer it did not get. Errors of single records are left out: their indexes count the
+/// records of one part, not the client's batch.
+fn divided_answer(
+    stayed: PartitionProduceResponse,
+    moved: PartitionProduceResponse,
+) -> PartitionProduceResponse {
+    let mut p = if stayed.error_code == NONE && moved.error_code != NONE {
+        moved_answer(moved)
+    } else {
+        stayed
+    };
+    p.record_errors.clear();
+    p
 }
 
 impl Withhold {

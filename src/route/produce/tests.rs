@@ -109,7 +109,13 @@ fn keyless() -> Bytes {
 }
 
 fn keyed() -> Bytes {
-    batch(&[None, Some("k")], Compression::Lz4, -1, false)
+    batch(&[Some("j"), Some("k")], Compression::Lz4, -1, false)
+}
+
+/// Keyed and keyless records in one entry (kafka-protocol's encoder writes one batch per
+/// record here: see `crate::route::divide`'s tests for batches divided within).
+fn mixed() -> Bytes {
+    batch(&[None, Some("k"), None], Compression::Lz4, -1, false)
 }
 
 /// Decodes a part's frame back into (topic, partition, records) entries.
@@ -328,6 +334,51 @@ fn mixed_request_splits_and_merges_back_into_client_partitions() {
         parts,
         vec![(0, 0, 100), (1, 6, -1)],
         "client's partitions, target's errors, moved offset unknown"
+    );
+}
+
+#[test]
+fn a_mixed_batch_is_divided_and_answered_as_one() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    let (head, produce, frame) = request(&[("t", 0, mixed())], -1, None);
+    let divided = crate::route::divide::divide(&mixed(), &mut InspectBudget::per_request());
+    let divided = divided.unwrap();
+    let answer = |stayed: (i16, i64), moved: (i16, i64)| {
+        let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
+        assert_eq!(s.parts.len(), 2);
+        assert_eq!(s.parts[0].node_id, 1);
+        assert_eq!(
+            entries(&s.parts[0].frame),
+            vec![("t".into(), 0, divided.keyed.clone())],
+            "the keyed records stay on the client's partition"
+        );
+        let (_, target, records) = entries(&s.parts[1].frame)[0].clone();
+        assert_ne!(s.parts[1].node_id, 1);
+        assert_eq!(records, divided.keyless);
+        let merged = s.merge.unwrap().merge(vec![
+            part_answer(0, stayed.0, stayed.1, 0),
+            part_answer(target, moved.0, moved.1, 0),
+        ]);
+        let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
+        let p = &resp.responses[0].partition_responses;
+        assert_eq!(p.len(), 1, "one answer for the client's one batch");
+        (p[0].index, p[0].error_code, p[0].base_offset)
+    };
+    assert_eq!(
+        answer((0, 100), (0, 7)),
+        (0, 0, 100),
+        "the base offset of the part that stayed"
+    );
+    assert_eq!(
+        answer((0, 100), (6, -1)),
+        (0, 6, -1),
+        "the moved part's error"
+    );
+    assert_eq!(
+        answer((6, -1), (0, 7)),
+        (0, 6, -1),
+        "the stayed part's error"
     );
 }
 
