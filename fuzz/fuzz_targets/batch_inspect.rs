@@ -1,13 +1,16 @@
 //! Batch inspection under a decompression budget, every codec: the verdict never costs more
 //! than twice the budget (plus the decoders' fixed state), the budget only ever shrinks by
-//! what was decompressed, and a batch judged movable is one `sequenced` agrees about.
+//! what was decompressed, and a batch judged movable is one `sequenced` agrees about. A batch
+//! judged keyed is divided (`kroute::route::divide`) within bounds too, and its keyless part is
+//! one inspection judges movable, with the records divide counted.
 //!
 //! Input: two bytes choosing the budget (1 KiB steps, 1 KiB to 64 MiB), then the records of
 //! one partition entry.
 #![no_main]
 
 use bytes::Bytes;
-use kroute::route::batch::{InspectBudget, inspect, sequenced};
+use kroute::route::batch::{InspectBudget, KeepReason, inspect, sequenced};
+use kroute::route::divide::divide;
 use kroute_fuzz::{assert_within, measure};
 use libfuzzer_sys::fuzz_target;
 
@@ -29,6 +32,21 @@ fuzz_target!(|data: &[u8]| {
         2 * limit as usize + 2 * records.len() + DECODER_STATE,
     );
     assert!(budget.remaining() <= limit);
+    if verdict == Err(KeepReason::Keyed) {
+        let mut budget = InspectBudget::with_limit(limit);
+        let (divided, allocs) = measure(|| divide(&records, &mut budget));
+        // Decompressed records, both parts re-framed, and both parts' batches.
+        assert_within(
+            "divide",
+            allocs,
+            4 * limit as usize + 6 * records.len() + DECODER_STATE,
+        );
+        if let Ok(d) = divided {
+            let mut again = InspectBudget::with_limit(limit);
+            let keyless = inspect(&d.keyless, &mut again).map(|m| m.records);
+            assert_eq!(keyless, Ok(d.keyless_records), "the keyless part is movable");
+        }
+    }
     if let Ok(movable) = verdict {
         if let Some(s) = sequenced(&records) {
             assert!(movable.idempotent, "sequenced but not idempotent: {s:?}");
