@@ -71,10 +71,15 @@ lap "cargo test"
 # regression on the brokers most managed clusters still run shows at once; the whole matrix is
 # its own command. On a cluster of its own (ports + 3000): the default one is stopped first if
 # it was started here. KROUTE_COMPAT=none skips it; arguments select cargo tests only.
+# Only the capabilities whose code paths differ by broker version run here (protocol versions,
+# producer state, transactions, SASL): 95 s of the set's 230 s, which kept CI under 30 minutes.
+# The rest (other clients' round trips, lag, skew, groups) runs with the matrix, or here with
+# KROUTE_COMPAT_ONLY='' (every capability of the set).
 compat=${KROUTE_COMPAT:-3.9.1:zookeeper}
+compat_only=${KROUTE_COMPAT_ONLY-'^(Round trip: (Java|librdkafka)|No upstream|Idempotent batches|Transactions|Restart recovery|SCRAM, clients)'}
 if [ $# -eq 0 ] && [ "$compat" != none ]; then
   cleanup
-  scripts/matrix.sh --check "$compat" || tests_ok=0
+  MATRIX_ONLY=$compat_only scripts/matrix.sh --check "$compat" || tests_ok=0
   lap "compatibility set on $compat"
 fi
 

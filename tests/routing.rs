@@ -213,7 +213,10 @@ fn keyed_and_transactional_batches_stay_where_the_client_put_them() {
 fn mixed_batches_are_divided_keyed_records_stay_keyless_ones_move() {
     let world = slow_world();
     let kroute = &world.kroute;
-    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+    // Re-framing alone, and the two codecs whose framing kroute writes itself (xerial snappy,
+    // Kafka's lz4 frame); gzip and zstd are checked against an independent decoder in
+    // src/route/divide.rs.
+    for codec in ["none", "snappy", "lz4"] {
         let topic = unique(&format!("route-mixed-{codec}"));
         create_topic_two_per_broker(&topic);
         // Records alternating keyed/keyless, all sent to partition 2 (led by the slow broker
