@@ -539,6 +539,8 @@ pub struct SequenceMetrics {
     pub waited: Counter,
     /// Batches sent joined behind another waiting batch, in one batch for one partition.
     pub joined: Counter,
+    /// Client batches mixing keyed and keyless records, numbered as two ([`crate::route::divide`]).
+    pub divided: Counter,
     /// OUT_OF_ORDER_SEQUENCE_NUMBER answers caused by kroute's numbering, reported as
     /// REQUEST_TIMED_OUT.
     pub sequence_errors_hidden: Counter,
@@ -563,6 +565,7 @@ impl SequenceMetrics {
             busy: outcome("busy"),
             waited: outcome("waited"),
             joined: outcome("joined"),
+            divided: outcome("divided"),
             sequence_errors_hidden: outcome("sequence_error_hidden"),
             sequence_errors_passed: outcome("sequence_error_passed"),
             success_withheld: outcome("success_withheld"),

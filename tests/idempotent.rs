@@ -250,6 +250,89 @@ fn default_producer_moves_exactly_once(
     kroute.assert_clean_logs(&[]);
 }
 
+/// Idempotent producers of three languages whose batches mix keyed and keyless records (every
+/// other record keyed): kroute divides each batch and numbers its parts as two client batches.
+/// The keyed records stay on the partition the client chose, in the order it sent them; the
+/// keyless ones leave the slow broker; every record is acknowledged and read back once, and
+/// the client sees no sequence error.
+#[test]
+fn mixed_batches_of_idempotent_producers_are_divided_exactly_once() {
+    let world = slow_world();
+    let kroute = &world.kroute;
+    warm_up_brokers(kroute);
+    let clients: [(&str, &str, fn(&str, &str, &str) -> JavaRun); 3] = [
+        ("java", "jm-", |bootstrap, topic, prefix| {
+            let args = [
+                "--count",
+                "6000",
+                "--per-second",
+                "3000",
+                "--key-every",
+                "2",
+            ];
+            let prefix_args = ["--id-prefix", prefix, "--record-size", "1024"];
+            let all: Vec<&str> = args.iter().chain(&prefix_args).copied().collect();
+            java_on("produce", bootstrap, topic, &all)
+        }),
+        ("franz-go", "fm-", |bootstrap, topic, prefix| {
+            let more = ["--key-every", "2"];
+            common::producers::franz_with(bootstrap, topic, 6000, 3000, prefix, &more)
+        }),
+        ("kafka-python", "pm-", |bootstrap, topic, prefix| {
+            let more = ["--key-every", "2"];
+            common::producers::kafka_python_with(bootstrap, topic, 6000, 3000, prefix, &more)
+        }),
+    ];
+    for (client, prefix, produce) in clients {
+        let topic = unique(&format!("route-mixed-{prefix}"));
+        create_topic_two_per_broker(&topic);
+        let divided_before = outcome(kroute, "divided");
+        let run = produce(&kroute.bootstrap, &topic, prefix);
+        run.assert_ok();
+        assert_eq!(run.value("errors").as_deref(), Some("0"), "{client}");
+        assert_no_sequence_errors(&run, kroute);
+        let acked = run.acks();
+        assert_eq!(acked.len(), 6000, "{client}");
+        let consumed = assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
+
+        // Record i is keyed for even i (the id ends in i). Each partition's keyed records are
+        // where the client put them, in the order it sent them.
+        let mut keyed: Vec<(i32, u64, i64)> = Vec::new();
+        let mut keyless_moved = 0;
+        for (id, partition) in &acked {
+            let index: u64 = id[prefix.len()..].parse().expect("numbered id");
+            let (read_partition, offset) = consumed[id][0];
+            if index % 2 == 1 {
+                keyless_moved += usize::from(read_partition != *partition);
+                continue;
+            }
+            assert_eq!(
+                read_partition, *partition,
+                "{client}: keyed record {id} moved"
+            );
+            keyed.push((*partition, index, offset));
+        }
+        keyed.sort_unstable();
+        for pair in keyed.windows(2) {
+            let ((p, i, at), (q, j, next)) = (pair[0], pair[1]);
+            assert!(
+                p != q || at < next,
+                "{client}: partition {p}: record {j} at offset {next}, before record {i} at {at}"
+            );
+        }
+        let divided = outcome(kroute, "divided") - divided_before;
+        eprintln!(
+            "{client}: {divided} batches divided, {keyless_moved} of 3000 keyless records moved"
+        );
+        assert!(divided > 0.0, "{client}: no batch was divided");
+        assert!(
+            keyless_moved > 3000 / 4,
+            "{client}: {keyless_moved} of 3000 keyless records moved"
+        );
+    }
+    kroute.assert_clean_logs(&[]);
+}
+
 #[test]
 fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
     let world = slow_world();

@@ -15,8 +15,10 @@
 //! untouched. Records keep their order within each part, so a key's records stay in the
 //! client's order on the client's partition.
 //!
-//! Only batches of plain producers are divided: an idempotent producer's sequence numbers
-//! count the records of the client's batch, and a transaction's records must stay together.
+//! A plain producer's batches are divided with [`divide`]. An idempotent producer's only with
+//! [`divide_numbered`], where kroute owns its numbers: its parts are then numbered as two
+//! consecutive client batches ([`crate::route::produce`]'s sequenced planning). A transaction's
+//! records stay together.
 
 use bytes::{Bytes, BytesMut};
 
@@ -45,6 +47,21 @@ pub struct Divided {
 /// divided, `Unsplittable` if a part would come out larger than its batch, and the reasons of
 /// [`super::batch::inspect`] for batches that cannot be read.
 pub fn divide(records: &Bytes, budget: &mut InspectBudget) -> Result<Divided, KeepReason> {
+    divide_entry(records, budget, false)
+}
+
+/// [`divide`] for the batches of an idempotent producer whose numbers kroute owns
+/// ([`crate::route::sequence`]): each part keeps the batch's producer id, epoch and base
+/// sequence, which kroute rewrites when it numbers the part.
+pub fn divide_numbered(records: &Bytes, budget: &mut InspectBudget) -> Result<Divided, KeepReason> {
+    divide_entry(records, budget, true)
+}
+
+fn divide_entry(
+    records: &Bytes,
+    budget: &mut InspectBudget,
+    numbered: bool,
+) -> Result<Divided, KeepReason> {
     let mut keyed = BytesMut::with_capacity(records.len());
     let mut keyless = BytesMut::with_capacity(records.len());
     let mut keyless_records = 0u32;
@@ -52,7 +69,7 @@ pub fn divide(records: &Bytes, budget: &mut InspectBudget) -> Result<Divided, Ke
     let mut rest = &records[..];
     while !rest.is_empty() {
         let batch = next_batch(&mut rest)?;
-        let parts = divide_batch(batch, budget)?;
+        let parts = divide_batch(batch, budget, numbered)?;
         keyed_records += parts.keyed_records;
         keyless_records += parts.keyless_records;
         keyed.extend_from_slice(&parts.keyed);
@@ -91,6 +108,7 @@ fn next_batch<'b>(rest: &mut &'b [u8]) -> Result<&'b [u8], KeepReason> {
 fn divide_batch<'b>(
     batch: &'b [u8],
     budget: &mut InspectBudget,
+    numbered: bool,
 ) -> Result<BatchParts<'b>, KeepReason> {
     if batch.get(MAGIC) != Some(&2) {
         return Err(KeepReason::Malformed);
@@ -102,7 +120,7 @@ fn divide_batch<'b>(
     if attributes & 0x10 != 0 {
         return Err(KeepReason::Transactional);
     }
-    if read_i64(batch, PRODUCER_ID) != Some(-1) {
+    if !numbered && read_i64(batch, PRODUCER_ID) != Some(-1) {
         return Err(KeepReason::Idempotent);
     }
     let count = read_i32(batch, RECORD_COUNT)

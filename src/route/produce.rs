@@ -169,9 +169,38 @@ pub fn plan(
                         entry.index,
                         Some(divided.keyed),
                     );
+                    let stayed = Route::Part {
+                        part: 0,
+                        partition: entry.index,
+                        moved: false,
+                    };
+                    let moved = Route::Part {
+                        part,
+                        partition,
+                        moved: true,
+                    };
                     Route::Divided {
-                        stayed: (0, entry.index),
-                        moved: (part, partition),
+                        stayed: Box::new(stayed),
+                        moved: Box::new(moved),
+                    }
+                }
+                Ok(Verdict::Stay {
+                    reason,
+                    keyed,
+                    keyless,
+                }) => {
+                    kept.keep(KeepReason::Keyed, home, keyed);
+                    kept.keep(reason, home, keyless);
+                    add_entry(
+                        &mut destinations[0].1,
+                        name,
+                        entry.index,
+                        entry.records.clone(),
+                    );
+                    Route::Part {
+                        part: 0,
+                        partition: entry.index,
+                        moved: false,
                     }
                 }
                 Err(reason) => {
@@ -244,6 +273,13 @@ enum Verdict {
         partition: i32,
         divided: Divided,
     },
+    /// Mixed, but its keyless records have nowhere better to go (`reason`): the entry stays
+    /// whole, its bytes counted as `keyed` and `keyless` would have been divided.
+    Stay {
+        reason: KeepReason,
+        keyed: usize,
+        keyless: usize,
+    },
 }
 
 /// Decides where the entry for client partition `index` goes: keyless batches move, mixed ones
@@ -268,12 +304,18 @@ fn verdict(
         }
         Err(KeepReason::Keyed) => {
             let divided = divide(records, budget)?;
-            let (broker, partition) = targets.pick(layout, index, divided.keyless.len())?;
-            Ok(Verdict::Divide {
-                broker,
-                partition,
-                divided,
-            })
+            match targets.pick(layout, index, divided.keyless.len()) {
+                Ok((broker, partition)) => Ok(Verdict::Divide {
+                    broker,
+                    partition,
+                    divided,
+                }),
+                Err(reason) => Ok(Verdict::Stay {
+                    reason,
+                    keyed: divided.keyed.len(),
+                    keyless: divided.keyless.len(),
+                }),
+            }
         }
         Err(reason) => Err(reason),
     }
@@ -396,6 +438,7 @@ pub(super) fn encode_part(header: &Bytes, body: &ProduceRequest, version: i16) -
 }
 
 mod answers;
+mod division;
 mod merge;
 mod number;
 mod place;

@@ -475,6 +475,27 @@ impl Producer {
                     .any(|a| a.epoch == key.epoch && a.state == State::Retry && before(a.base)))
     }
 
+    /// Whether kroute remembers numbering client batch `key` whole (this very batch).
+    pub fn remembers(&self, key: &BatchKey) -> bool {
+        self.clients
+            .get(&(key.topic.clone(), key.partition))
+            .is_some_and(|c| c.recent.iter().any(|a| a.is(key)))
+    }
+
+    /// Whether kroute remembers numbering a part of client batch `key` on its own: a batch of
+    /// its epoch within its numbers, but not the whole of it ([`crate::route::divide`]).
+    pub fn remembers_part_of(&self, key: &BatchKey) -> bool {
+        let Some(c) = self.clients.get(&(key.topic.clone(), key.partition)) else {
+            return false;
+        };
+        let end = advance(key.base, key.records);
+        c.recent.iter().any(|a| {
+            a.epoch == key.epoch
+                && a.records < key.records
+                && (a.base == key.base || (after(a.base, key.base) && after(end, a.base)))
+        })
+    }
+
     /// Whether a fresh batch of `epoch` may be numbered on partition `target` of `topic` now.
     pub fn lane_takes(&self, topic: &Bytes, target: i32, epoch: i16) -> bool {
         // A lookup by borrowed key would need the tuple; partitions are few, so build it.

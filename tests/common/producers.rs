@@ -14,9 +14,23 @@ use super::{JavaRun, repo_root};
 
 /// franz-go: `count` 1 KiB records, at most `per_second` a second, ids `<prefix><n>`.
 pub fn franz(bootstrap: &str, topic: &str, count: u32, per_second: u32, prefix: &str) -> JavaRun {
+    franz_with(bootstrap, topic, count, per_second, prefix, &[])
+}
+
+/// [`franz`] with more arguments for tests/go/franz (e.g. `--key-every`).
+pub fn franz_with(
+    bootstrap: &str,
+    topic: &str,
+    count: u32,
+    per_second: u32,
+    prefix: &str,
+    more: &[&str],
+) -> JavaRun {
+    let mut command = Command::new(repo_root().join("target/go/franz-producer"));
+    command.args(more);
     run(
         "franz-go",
-        Command::new(repo_root().join("target/go/franz-producer")),
+        command,
         (bootstrap, topic, count, per_second, prefix),
     )
 }

@@ -47,25 +47,33 @@ pub enum Route {
     /// Waited in kroute: part `part` answers this one batch, for whichever partition it was
     /// finally placed on (or for the client's, if kroute answered it).
     Waiting { part: usize },
-    /// Divided ([`crate::route::divide`]): the keyed records `stayed` on the client's partition
-    /// (part, partition), the keyless ones `moved` to another.
+    /// Divided ([`crate::route::divide`]): the batch of the keyed records went along `stayed`
+    /// (to the client's partition), the batch of the keyless ones along `moved`.
     Divided {
-        stayed: (usize, i32),
-        moved: (usize, i32),
+        stayed: Box<Route>,
+        moved: Box<Route>,
     },
 }
 
 impl Route {
+    /// Calls `f` on each route of a single batch: this one, or both halves of a divided one.
+    pub fn for_each_mut(&mut self, f: &mut impl FnMut(&mut Route)) {
+        match self {
+            Route::Divided { stayed, moved } => {
+                stayed.for_each_mut(f);
+                moved.for_each_mut(f);
+            }
+            single => f(single),
+        }
+    }
+
     /// Shifts the part indexes down by one: the part before them was dropped.
     pub fn shift_down(&mut self) {
-        match self {
-            Route::Part { part, .. } | Route::Waiting { part } => *part -= 1,
-            Route::Divided { stayed, moved } => {
-                stayed.0 -= 1;
-                moved.0 -= 1;
+        self.for_each_mut(&mut |route| {
+            if let Route::Part { part, .. } | Route::Waiting { part } = route {
+                *part -= 1;
             }
-            Route::Local { .. } => {}
-        }
+        });
     }
 }
 
@@ -87,7 +95,8 @@ pub struct ProduceMerge {
 /// and its retry is answered from kroute's memory.
 pub struct Withhold {
     pub owner: Arc<OwnedProducer>,
-    pub batches: Vec<Vec<Option<BatchKey>>>,
+    /// (A divided entry carries two: its parts, numbered as two client batches.)
+    pub batches: Vec<Vec<Vec<BatchKey>>>,
     /// Counts the successes withheld.
     pub withheld: Counter,
 }
@@ -169,12 +178,9 @@ fn entry_answer<'a>(
             if *moved { moved_answer(p) } else { p }
         }
         Route::Divided { stayed, moved } => {
-            let stayed = found.get(&(stayed.0, name, stayed.1)).cloned();
-            let moved = found.get(&(moved.0, name, moved.1)).cloned();
-            divided_answer(
-                stayed.unwrap_or_else(|| no_answer(UNANSWERED)),
-                moved.unwrap_or_else(|| no_answer(UNANSWERED)),
-            )
+            let stayed = entry_answer(stayed, name, index, found);
+            let moved = entry_answer(moved, name, index, found);
+            divided_answer(stayed, moved)
         }
     }
 }
@@ -189,7 +195,9 @@ fn divided_answer(
     stayed: PartitionProduceResponse,
     moved: PartitionProduceResponse,
 ) -> PartitionProduceResponse {
-    let mut p = if stayed.error_code == NONE && moved.error_code != NONE {
+    let succeeded =
+        |p: &PartitionProduceResponse| matches!(p.error_code, NONE | DUPLICATE_SEQUENCE_NUMBER);
+    let mut p = if succeeded(&stayed) && !succeeded(&moved) {
         moved_answer(moved)
     } else {
         stayed
@@ -206,11 +214,14 @@ impl Withhold {
         for (topic, batches) in responses.iter_mut().zip(&self.batches) {
             for (p, batch) in topic.partition_responses.iter_mut().zip(batches) {
                 let succeeded = matches!(p.error_code, NONE | DUPLICATE_SEQUENCE_NUMBER);
-                let Some(key) = batch.as_ref().filter(|_| succeeded) else {
+                if !succeeded || batch.is_empty() {
                     continue;
-                };
+                }
                 let state = state.get_or_insert_with(|| self.owner.lock());
-                if state.sequences.withholds_success(key) {
+                if batch
+                    .iter()
+                    .any(|key| state.sequences.withholds_success(key))
+                {
                     self.withheld.increment(1);
                     let index = p.index;
                     *p = no_answer(REQUEST_TIMED_OUT);

@@ -102,6 +102,9 @@ pub(super) struct Place<'a, 'b> {
     pub layout: Option<&'a TopicLayout>,
     pub used: &'b mut HashSet<i32>,
     pub now: Instant,
+    /// The keyless part of a divided batch ([`super::division`]): not to the client's own
+    /// partition, where its keyed part goes, while the strategy's broker has another.
+    pub keep_off_own: bool,
 }
 
 impl Place<'_, '_> {
@@ -401,7 +404,8 @@ impl Place<'_, '_> {
                 sequences.lane_takes(&key.topic, p, key.epoch)
                     && sequences.lane_load(&key.topic, p) < depth
             };
-            if layout.leader_of(key.partition) == Some(broker) && takes(key.partition) {
+            let own = !self.keep_off_own && layout.leader_of(key.partition) == Some(broker);
+            if own && takes(key.partition) {
                 router.strict_cost.charge(self.name, broker, bytes);
                 self.kept(KeepReason::Home, bytes);
                 return Some(Pick::Lane(broker, key.partition));

@@ -51,8 +51,19 @@ impl PlanJoin {
             return;
         };
         entry.records = Some(joined.clone());
-        if let Some(Route::Part { moved, .. }) = routes.get_mut(self.route) {
-            *moved = true;
+        if let Some(route) = routes.get_mut(self.route) {
+            route.for_each_mut(&mut |route| {
+                if let Route::Part {
+                    part,
+                    partition,
+                    moved,
+                } = route
+                    && *part == self.part
+                    && *partition == self.target
+                {
+                    *moved = true;
+                }
+            });
         }
         state
             .sequences
@@ -74,13 +85,15 @@ impl PlanJoin {
     ) {
         let sequences = &mut state.sequences;
         for route in routes.iter_mut() {
-            if matches!(route, Route::Part { part, partition, moved: true }
-                if *part == self.part && *partition == self.target)
-            {
-                *route = Route::Local {
-                    error: code::REQUEST_TIMED_OUT,
-                };
-            }
+            route.for_each_mut(&mut |route| {
+                if matches!(route, Route::Part { part, partition, moved: true }
+                    if *part == self.part && *partition == self.target)
+                {
+                    *route = Route::Local {
+                        error: code::REQUEST_TIMED_OUT,
+                    };
+                }
+            });
         }
         sequences.set_joined(
             &self.topic_key,

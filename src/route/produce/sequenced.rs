@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 
 use super::add_entry;
 use super::answers::Numbered;
+use super::division::{Division, division};
 use super::merge::{ProduceMerge, Route, Withhold};
 use super::number::number;
 use super::place::{Place, Placement, TopicChoice};
@@ -112,7 +113,7 @@ pub(super) fn plan(
     state.touch(now);
     resolve(proxy, &mut state, first_epoch, producer_id, now);
     let mut planner = Planner::new(proxy, home, producer_id, shape, now);
-    let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Option<BatchKey>>>) = topics
+    let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Vec<BatchKey>>>) = topics
         .iter()
         .map(|(name, topic)| planner.topic(&mut state, name, topic))
         .unzip();
@@ -163,8 +164,9 @@ struct TopicPlan<'t> {
     joins: Vec<PlanJoin>,
     /// Where each entry went so far, in the client's order.
     routes: Vec<Route>,
-    /// The batch of the producer each entry carried, if kroute numbers it.
-    batches: Vec<Option<BatchKey>>,
+    /// The batches of the producer each entry carried that kroute numbers (two for a divided
+    /// entry).
+    batches: Vec<Vec<BatchKey>>,
 }
 
 /// What kroute does with one partition entry, before anything is decided about where it goes.
@@ -201,7 +203,7 @@ impl<'a> Planner<'a> {
         state: &mut ProducerState,
         name: &TopicName,
         topic: &TopicEntry,
-    ) -> (Vec<Route>, Vec<Option<BatchKey>>) {
+    ) -> (Vec<Route>, Vec<Vec<BatchKey>>) {
         let routed = self.proxy.config.routing.routes_topic(name.as_str());
         let mut t = TopicPlan {
             name,
@@ -235,23 +237,67 @@ impl<'a> Planner<'a> {
         topic_key: &Bytes,
         entry: &PartitionEntry,
     ) -> Route {
-        let inspected = self.inspect(state, t.routed, topic_key, entry);
-        let batch = match &inspected {
-            Inspected::Batch(key, _) => Some(key.clone()),
-            _ => None,
+        let (key, records) = match self.inspect(state, t.routed, topic_key, entry) {
+            Inspected::Batch(key, records) => (key, records),
+            Inspected::Untouched => {
+                t.batches.push(Vec::new());
+                return self.route(t, entry, Placement::Untouched);
+            }
+            Inspected::Local(error) => {
+                t.batches.push(Vec::new());
+                return Route::Local { error };
+            }
         };
-        t.batches.push(batch);
-        let placement = match inspected {
-            Inspected::Untouched => Placement::Untouched,
-            Inspected::Local(error) => Placement::Local(error),
-            Inspected::Batch(key, records) => match self.place(state, t, key.clone(), records) {
-                Placement::Wait { movable } => {
-                    return self.wait(state, t.name, key, records, movable);
+        let division = match &t.layout {
+            Some(_) => {
+                let home = self.home;
+                let metrics = &self.proxy.metrics.routing;
+                let kept = |reason, bytes| metrics.keep(reason, home, bytes);
+                division(&state.sequences, &key, records, &mut self.budget, kept)
+            }
+            None => Division::Whole { movable: None },
+        };
+        match division {
+            Division::Whole { movable } => {
+                t.batches.push(vec![key.clone()]);
+                self.batch(state, t, entry, (key, records), (movable, false))
+            }
+            Division::Parts { keyed, keyless } => {
+                self.proxy.metrics.sequencing.divided.increment(1);
+                t.batches.push(vec![keyed.0.clone(), keyless.0.clone()]);
+                let stayed = self.batch(state, t, entry, (keyed.0, &keyed.1), (Some(false), false));
+                let moved =
+                    self.batch(state, t, entry, (keyless.0, &keyless.1), (Some(true), true));
+                Route::Divided {
+                    stayed: Box::new(stayed),
+                    moved: Box::new(moved),
                 }
-                placement => placement,
-            },
-        };
-        self.route(t, entry, placement)
+            }
+            Division::NotNow => {
+                t.batches.push(Vec::new());
+                self.proxy.metrics.sequencing.busy.increment(1);
+                Route::Local {
+                    error: code::REQUEST_TIMED_OUT,
+                }
+            }
+        }
+    }
+
+    /// Places one batch of the producer (a client batch, or a part of a divided one), numbers
+    /// it and puts it in its part, or leaves it waiting. `movable` if known; `keep_off_own`
+    /// for a divided batch's keyless part, which does not join its keyed part's partition.
+    fn batch(
+        &mut self,
+        state: &mut ProducerState,
+        t: &mut TopicPlan,
+        entry: &PartitionEntry,
+        (key, records): (BatchKey, &Bytes),
+        (movable, keep_off_own): (Option<bool>, bool),
+    ) -> Route {
+        match self.place(state, t, key.clone(), records, (movable, keep_off_own)) {
+            Placement::Wait { movable } => self.wait(state, t.name, key, records, movable),
+            placement => self.route(t, entry, placement),
+        }
     }
 
     /// Whose batch `entry` is and what kroute knows of that producer decide whether kroute
@@ -308,6 +354,7 @@ impl<'a> Planner<'a> {
         t: &mut TopicPlan,
         key: BatchKey,
         records: &Bytes,
+        (movable, keep_off_own): (Option<bool>, bool),
     ) -> Placement {
         let earlier_waits = state.waiting.holds_partition_of(&key);
         let mut place = Place {
@@ -318,8 +365,9 @@ impl<'a> Planner<'a> {
             layout: t.layout.as_deref(),
             used: &mut t.used,
             now: self.now,
+            keep_off_own,
         };
-        let movable = (None, &mut self.budget);
+        let movable = (movable, &mut self.budget);
         let placement = place.entry(key, records, &mut t.choice, movable, earlier_waits);
         number(placement, state)
     }
@@ -521,9 +569,11 @@ impl<'a> Planner<'a> {
         // Waiting batches' parts come after the parts sent now.
         let sent_now = self.destinations.len();
         for route in routes.iter_mut().flatten() {
-            if let Route::Waiting { part } = route {
-                *part += sent_now;
-            }
+            route.for_each_mut(&mut |route| {
+                if let Route::Waiting { part } = route {
+                    *part += sent_now;
+                }
+            });
         }
         let mut parts = Vec::with_capacity(sent_now + self.waiting.len());
         let mut numbered_in = self.numbered_in;

@@ -531,6 +531,60 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
     );
 }
 
+/// An owned producer's batch mixing keyed and keyless records is numbered as two client
+/// batches: the keyed records on the client's partition, the keyless ones moved; the client's
+/// retry of the batch is divided the same way and each part goes where it went first, with
+/// the same numbers.
+#[tokio::test]
+async fn an_owned_producers_mixed_batch_is_divided_and_its_retry_follows_both_parts() {
+    let p = proxy("strict-cost");
+    slow_broker(&p, 1);
+    p.router.producers.own(5, Instant::now());
+    let keys = [None, Some("k"), None, Some("k"), None];
+    let client_numbers = batch(&keys, Compression::None, 5, false);
+    let mixed = crate::route::batch::renumber(&client_numbers, 0, 1000).unwrap();
+    let (head, produce, frame) = request(&[("t", 0, mixed)], -1, None);
+
+    let mut first = Vec::new();
+    for attempt in ["first", "retry"] {
+        let s = split(plan(&p, 1, &Permit::Any, &head, &produce, &frame));
+        assert_eq!(s.parts.len(), 2, "{attempt}");
+        let sent: Vec<(i32, (String, i32, Bytes))> = s
+            .parts
+            .iter()
+            .flat_map(|part| entries(&part.frame).into_iter().map(|e| (part.node_id, e)))
+            .collect();
+        let (node, (_, partition, keyed)) = &sent[0];
+        assert_eq!((*node, *partition), (1, 0), "{attempt}: keyed records stay");
+        let (node, (_, partition, keyless)) = &sent[1];
+        assert!(
+            *node != 1 && *partition != 0,
+            "{attempt}: keyless records move"
+        );
+        for (part, count) in [(keyed, 2), (keyless, 3)] {
+            let records = RecordBatchDecoder::decode(&mut part.clone())
+                .unwrap()
+                .records;
+            assert_eq!(records.len(), count, "{attempt}");
+            assert!(records.iter().all(|r| r.key.is_some() == (count == 2)));
+            assert_eq!(
+                &part[53..57],
+                &0i32.to_be_bytes(),
+                "each lane's first number"
+            );
+        }
+        if attempt == "first" {
+            first = sent;
+        } else {
+            assert_eq!(sent, first, "the retry goes where the first attempt went");
+        }
+        // (No broker here: no answer came, and the client retries.)
+        for part in s.parts {
+            assert!(part.sent.unwrap().await.unwrap().is_err());
+        }
+    }
+}
+
 /// A client whose metadata is stale sends its partition to the wrong broker's address (kroute
 /// told it REQUEST_TIMED_OUT, which makes no client refresh): kroute sends the batch to the
 /// leader it knows, the first attempt and the retry alike.
@@ -538,7 +592,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
 async fn an_owned_producers_batch_for_its_partition_goes_to_the_leader_kroute_knows() {
     let p = proxy("strict-cost");
     p.router.producers.own(5, Instant::now());
-    let client_numbers = batch(&[None, Some("k")], Compression::None, 5, false);
+    let client_numbers = batch(&[Some("j"), Some("k")], Compression::None, 5, false);
     let keyed = crate::route::batch::renumber(&client_numbers, 0, 0).unwrap();
     // Partition 4 is led by broker 3 in kroute's view; the client sent it to broker 1.
     let (head, produce, frame) = request(&[("t", 4, keyed)], -1, None);
@@ -752,7 +806,7 @@ fn a_success_is_merged_as_retriable_while_an_earlier_batch_of_its_partition_wait
         }
         .withholding(merge::Withhold {
             owner: owner.clone(),
-            batches: vec![vec![Some(b.clone())]],
+            batches: vec![vec![vec![b.clone()]]],
             withheld: p.metrics.sequencing.success_withheld.clone(),
         });
         merged_errors(&Box::new(merge).merge(answers))

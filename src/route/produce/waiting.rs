@@ -169,6 +169,7 @@ fn place(
         layout: layout.as_deref(),
         used: &mut used,
         now,
+        keep_off_own: false,
     };
     let mut budget = InspectBudget::per_request();
     let placement = place.entry(
