@@ -250,6 +250,10 @@ fn default_producer_moves_exactly_once(
     kroute.assert_clean_logs(&[]);
 }
 
+/// Runs a client producing 6,000 records at 3,000/s, every other one keyed: (bootstrap, topic,
+/// id prefix).
+type ProduceMixed = fn(&str, &str, &str) -> JavaRun;
+
 /// Idempotent producers of three languages whose batches mix keyed and keyless records (every
 /// other record keyed): kroute divides each batch and numbers its parts as two client batches.
 /// The keyed records stay on the partition the client chose, in the order it sent them; the
@@ -260,7 +264,7 @@ fn mixed_batches_of_idempotent_producers_are_divided_exactly_once() {
     let world = slow_world();
     let kroute = &world.kroute;
     warm_up_brokers(kroute);
-    let clients: [(&str, &str, fn(&str, &str, &str) -> JavaRun); 3] = [
+    let clients: [(&str, &str, ProduceMixed); 3] = [
         ("java", "jm-", |bootstrap, topic, prefix| {
             let args = [
                 "--count",
