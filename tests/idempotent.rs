@@ -250,7 +250,7 @@ fn default_producer_moves_exactly_once(
     kroute.assert_clean_logs(&[]);
 }
 
-/// Runs a client producing 6,000 records at 3,000/s, every other one keyed: (bootstrap, topic,
+/// Runs a client producing 3,000 records at 3,000/s, every other one keyed: (bootstrap, topic,
 /// id prefix).
 type ProduceMixed = fn(&str, &str, &str) -> JavaRun;
 
@@ -268,7 +268,7 @@ fn mixed_batches_of_idempotent_producers_are_divided_exactly_once() {
         ("java", "jm-", |bootstrap, topic, prefix| {
             let args = [
                 "--count",
-                "6000",
+                "3000",
                 "--per-second",
                 "3000",
                 "--key-every",
@@ -280,11 +280,11 @@ fn mixed_batches_of_idempotent_producers_are_divided_exactly_once() {
         }),
         ("franz-go", "fm-", |bootstrap, topic, prefix| {
             let more = ["--key-every", "2"];
-            common::producers::franz_with(bootstrap, topic, 6000, 3000, prefix, &more)
+            common::producers::franz_with(bootstrap, topic, 3000, 3000, prefix, &more)
         }),
         ("kafka-python", "pm-", |bootstrap, topic, prefix| {
             let more = ["--key-every", "2"];
-            common::producers::kafka_python_with(bootstrap, topic, 6000, 3000, prefix, &more)
+            common::producers::kafka_python_with(bootstrap, topic, 3000, 3000, prefix, &more)
         }),
     ];
     for (client, prefix, produce) in clients {
@@ -296,7 +296,7 @@ fn mixed_batches_of_idempotent_producers_are_divided_exactly_once() {
         assert_eq!(run.value("errors").as_deref(), Some("0"), "{client}");
         assert_no_sequence_errors(&run, kroute);
         let acked = run.acks();
-        assert_eq!(acked.len(), 6000, "{client}");
+        assert_eq!(acked.len(), 3000, "{client}");
         let consumed = assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
 
         // Record i is keyed for even i (the id ends in i). Each partition's keyed records are
@@ -326,12 +326,12 @@ fn mixed_batches_of_idempotent_producers_are_divided_exactly_once() {
         }
         let divided = outcome(kroute, "divided") - divided_before;
         eprintln!(
-            "{client}: {divided} batches divided, {keyless_moved} of 3000 keyless records moved"
+            "{client}: {divided} batches divided, {keyless_moved} of 1500 keyless records moved"
         );
         assert!(divided > 0.0, "{client}: no batch was divided");
         assert!(
-            keyless_moved > 3000 / 4,
-            "{client}: {keyless_moved} of 3000 keyless records moved"
+            keyless_moved > 1500 / 4,
+            "{client}: {keyless_moved} of 1500 keyless records moved"
         );
     }
     kroute.assert_clean_logs(&[]);
