@@ -103,13 +103,14 @@ print(",".join(leaders))
 PY
 }
 
-# start_sidecar_kroute STEM BASE TOPIC PORT_VAR COMMENT [UPSTREAM [EXTRA_TOML]]: a kroute in front
-# of the cluster at UPSTREAM (default $BOOT; EXTRA_TOML goes after [upstream], e.g. its tls/sasl),
+# start_sidecar_kroute STEM BASE TOPIC PORT_VAR COMMENT [UPSTREAM [EXTRA_TOML [ROUTING_TOML]]]: a kroute in front
+# of the cluster at UPSTREAM (default $BOOT; EXTRA_TOML goes after [upstream], e.g. its tls/sasl,
+# ROUTING_TOML last, in [routing]),
 # its brokers on ports BASE+1..3, bootstrap BASE+4, admin BASE+5, routing TOPIC (strict-cost); its
 # config $RAW/STEM.toml (first line: "# COMMENT"), its log $RAW/STEM.log, its pid appended to
 # KR_PIDS. Dies naming PORT_VAR (the setting that moves the ports) if one of them is taken.
 start_sidecar_kroute() {
-  local stem=$1 base=$2 topic=$3 port_var=$4 comment=$5 upstream=${6:-$BOOT} extra=${7:-} p
+  local stem=$1 base=$2 topic=$3 port_var=$4 comment=$5 upstream=${6:-$BOOT} extra=${7:-} routing=${8:-} p
   for p in 1 2 3 4 5; do
     port_open 127.0.0.1 $((base + p)) && die "port $((base + p)) is in use ($port_var)"
   done
@@ -131,6 +132,7 @@ listen = "127.0.0.1:$((base + 5))"
 [routing]
 strategy = "strict-cost"
 include = ["$topic"]
+$routing
 EOF
   "$KROUTE_BIN" --config "$RAW/$stem.toml" </dev/null >"$RAW/$stem.log" 2>&1 &
   KR_PIDS+=($!)

@@ -135,6 +135,10 @@ pub struct RoutingConfig {
     /// partition (bytes; 0: never join). Keep it under the topics' `max.message.bytes`.
     #[serde(default = "default_join_max_bytes")]
     pub join_max_bytes: u32,
+    /// Whether compressed batches are joined too (decompressed, joined, compressed again with
+    /// their codec): bench/join.sh measured what it gains and costs.
+    #[serde(default = "default_join_compressed")]
+    pub join_compressed: bool,
 }
 
 /// The routing strategy.
@@ -177,6 +181,9 @@ fn default_lane_spill_depth() -> u32 {
 fn default_join_max_bytes() -> u32 {
     256 * 1024
 }
+fn default_join_compressed() -> bool {
+    true
+}
 
 impl Default for RoutingConfig {
     fn default() -> Self {
@@ -192,6 +199,7 @@ impl Default for RoutingConfig {
             max_producers: default_max_producers(),
             lane_spill_depth: default_lane_spill_depth(),
             join_max_bytes: default_join_max_bytes(),
+            join_compressed: default_join_compressed(),
         }
     }
 }

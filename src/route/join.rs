@@ -8,39 +8,54 @@
 //! the same partition are therefore *joined*: their records go out as one batch, with one
 //! base sequence, so a round trip carries all of them.
 //!
-//! Only uncompressed batches with plain attributes are joined (no transaction, no control
-//! batch, CreateTime): their records can be re-framed without decompressing anything. Each
-//! record's offset delta and timestamp delta are rewritten relative to the joined batch (both
-//! are varints, so the record is re-framed); key, value and headers are copied as they are.
+//! Only batches with plain attributes are joined (no transaction, no control batch,
+//! CreateTime). Each record's offset delta and timestamp delta are rewritten relative to the
+//! joined batch (both are varints, so the record is re-framed); key, value and headers are
+//! copied as they are. Compressed batches of one codec are joined too where
+//! `routing.join_compressed` says so: their records are decompressed, re-framed and compressed
+//! again with that codec ([`super::codec`]), which costs CPU (bench/join.sh measures it).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::batch::{
-    ATTRIBUTES, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, LAST_OFFSET_DELTA, MAGIC,
-    MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS, read_i16, read_i32,
-    read_i64, varint,
+    ATTRIBUTES, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, InspectBudget,
+    LAST_OFFSET_DELTA, MAGIC, MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS,
+    plain_records, read_i16, read_i32, read_i64, varint,
 };
+use super::codec;
 
-/// Whether `records` is exactly one magic v2 batch that can be joined with others: no
-/// compression, CreateTime, not transactional, not a control batch, length consistent.
-pub fn joinable(records: &[u8]) -> bool {
+/// The largest decompressed size of the batches joined into one compressed batch, as for
+/// looking into a request's batches ([`super::batch::InspectBudget`]).
+const JOIN_PLAIN_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// Whether `records` is exactly one magic v2 batch that can be joined with others: CreateTime,
+/// not transactional, not a control batch, length consistent, and uncompressed unless
+/// `compressed` (then any codec kroute writes).
+pub fn joinable(records: &[u8], compressed: bool) -> bool {
     let Some(len) = read_i32(records, BATCH_LENGTH).and_then(|l| usize::try_from(l).ok()) else {
         return false;
     };
+    let attributes = read_i16(records, ATTRIBUTES).unwrap_or(-1);
+    let codec = attributes & 0x07;
     len.checked_add(12) == Some(records.len())
         && records.len() > RECORDS
         && records[MAGIC] == 2
-        && read_i16(records, ATTRIBUTES) == Some(0)
+        && attributes & !0x07 == 0
+        && (codec == 0 || (compressed && codec <= codec::ZSTD))
 }
 
-/// Whether `next` can be joined behind `first` (see [`join`]): both [`joinable`], of the same
-/// producer and epoch, every record of `next` readable, its timestamps within reach of
-/// `first`'s. Reads without copying anything.
+/// Whether `next` can be joined behind `first` (see [`join`]): both [`joinable`] with the same
+/// codec, of the same producer and epoch, their timestamps within reach of each other's, and,
+/// uncompressed, every record of `next` readable (reads without copying anything; compressed
+/// records are read when joined, and a batch whose records do not read makes the join fail).
 pub fn can_join(first: &[u8], next: &[u8]) -> bool {
-    joinable(first)
-        && joinable(next)
+    joinable(first, true)
+        && joinable(next, true)
+        && first.get(ATTRIBUTES..ATTRIBUTES + 2) == next.get(ATTRIBUTES..ATTRIBUTES + 2)
         && first.get(PRODUCER_ID..BASE_SEQUENCE) == next.get(PRODUCER_ID..BASE_SEQUENCE)
-        && timestamp_shift(first, next).is_some_and(|shift| reframe(next, shift, 0, None).is_some())
+        && timestamp_shift(first, next).is_some_and(|shift| {
+            next[ATTRIBUTES + 1] & 0x07 != 0 || reframe(next, shift, 0, None).is_some()
+        })
 }
 
 /// Joins `batches` (each [`joinable`], all of the same producer and client epoch, which callers
@@ -50,7 +65,11 @@ pub fn can_join(first: &[u8], next: &[u8]) -> bool {
 /// count, last offset delta, timestamps and CRC describe all the records.
 pub fn join(batches: &[&Bytes], epoch: i16, base_sequence: i32) -> Option<Bytes> {
     let first = batches.first()?;
-    if !batches.iter().all(|b| joinable(b)) {
+    let attributes = first.get(ATTRIBUTES..ATTRIBUTES + 2)?;
+    if !batches
+        .iter()
+        .all(|b| joinable(b, true) && b.get(ATTRIBUTES..ATTRIBUTES + 2) == Some(attributes))
+    {
         return None;
     }
     let producer = first.get(PRODUCER_ID..PRODUCER_EPOCH)?;
@@ -63,13 +82,23 @@ pub fn join(batches: &[&Bytes], epoch: i16, base_sequence: i32) -> Option<Bytes>
     let capacity = batches.iter().map(|b| b.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(capacity + 16 * batches.len());
     out.extend_from_slice(first.get(..RECORDS)?);
+    let codec = i16::from(attributes[1] & 0x07);
+    // Uncompressed: the records are re-framed straight into the batch.
+    let mut plain = BytesMut::new();
+    let records = if codec == 0 { &mut out } else { &mut plain };
+    let mut budget = InspectBudget::with_limit(JOIN_PLAIN_LIMIT);
     let mut offset: i64 = 0;
     let mut max_timestamp = i64::MIN;
     for batch in batches {
         max_timestamp = max_timestamp.max(read_i64(batch, MAX_TIMESTAMP)?);
         let shift = timestamp_shift(first, batch)?;
-        let count = reframe(batch, shift, offset, Some(&mut out))?;
+        let region = plain_records(batch, &mut budget).ok()?;
+        let count = read_i32(batch, RECORD_COUNT)?;
+        reframe_records(&region, count, shift, offset, Some(&mut *records))?;
         offset = offset.checked_add(i64::from(count))?;
+    }
+    if codec != 0 {
+        out.extend_from_slice(&codec::compress(codec, &plain)?);
     }
     let total = i32::try_from(offset).ok().filter(|n| *n > 0)?;
     let length = i32::try_from(out.len() - 12).ok()?;
@@ -93,9 +122,19 @@ fn timestamp_shift(first: &[u8], batch: &[u8]) -> Option<i64> {
 /// Walks the records of `batch`, each with its timestamp delta moved by `shift` and its offset
 /// delta by `offset`, writing them re-framed to `out` if given; returns how many there are.
 /// None if a record does not fit its frame or the batch holds other than its record count.
-fn reframe(batch: &[u8], shift: i64, offset: i64, mut out: Option<&mut BytesMut>) -> Option<i32> {
+fn reframe(batch: &[u8], shift: i64, offset: i64, out: Option<&mut BytesMut>) -> Option<i32> {
     let count = read_i32(batch, RECORD_COUNT)?;
-    let body = batch.get(RECORDS..)?;
+    reframe_records(batch.get(RECORDS..)?, count, shift, offset, out)
+}
+
+/// [`reframe`] for the `count` records of an uncompressed records region `body`.
+fn reframe_records(
+    body: &[u8],
+    count: i32,
+    shift: i64,
+    offset: i64,
+    mut out: Option<&mut BytesMut>,
+) -> Option<i32> {
     let mut pos = 0usize;
     for _ in 0..count {
         let len = usize::try_from(varint(body, &mut pos)?).ok()?;
@@ -226,15 +265,43 @@ mod tests {
         assert_eq!(info[0].record_count, 73);
         assert_eq!(info[0].base_sequence, 1000);
         assert_eq!(read_i64(&joined, MAX_TIMESTAMP), Some(1_700_000_000_500));
-        assert!(joinable(&joined));
+        assert!(joinable(&joined, false));
     }
 
     #[test]
-    fn only_plain_uncompressed_batches_of_one_producer_are_joined() {
+    fn compressed_batches_of_one_codec_join_into_one_batch_of_that_codec() {
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let a = batch(3, 0, 1_700_000_000_000, codec);
+            let b = batch(5, 3, 1_700_000_000_200, codec);
+            assert!(joinable(&a, true) && !joinable(&a, false), "{codec:?}");
+            assert!(can_join(&a, &b));
+            let joined = join(&[&a, &b], 3, 40).expect("joinable");
+            assert_eq!(joined[ATTRIBUTES..ATTRIBUTES + 2], a[ATTRIBUTES..ATTRIBUTES + 2]);
+            let sets = RecordBatchDecoder::decode_all(&mut joined.clone()).expect("valid");
+            assert_eq!(sets.len(), 1, "{codec:?}");
+            let values: Vec<_> = sets[0].records.iter().map(|r| r.value.clone()).collect();
+            let mut expected = Vec::new();
+            for set in [&a, &b] {
+                let records = &RecordBatchDecoder::decode_all(&mut set.clone()).unwrap()[0].records;
+                expected.extend(records.iter().map(|r| r.value.clone()));
+            }
+            assert_eq!(values, expected, "{codec:?}");
+            let offsets: Vec<i64> = sets[0].records.iter().map(|r| r.offset).collect();
+            assert_eq!(offsets, (0..8).collect::<Vec<i64>>());
+        }
+    }
+
+    #[test]
+    fn only_plain_batches_of_one_producer_and_codec_are_joined() {
         let plain = batch(2, 0, 1_700_000_000_000, Compression::None);
         let gzip = batch(2, 0, 1_700_000_000_000, Compression::Gzip);
-        assert!(joinable(&plain));
-        assert!(!joinable(&gzip));
+        assert!(joinable(&plain, false));
+        assert!(!joinable(&gzip, false));
         assert_eq!(join(&[&plain, &gzip], 3, 0), None);
         assert!(can_join(&plain, &plain));
         assert!(!can_join(&plain, &gzip));
@@ -244,11 +311,11 @@ mod tests {
         assert_eq!(join(&[&plain, &Bytes::from(other)], 3, 0), None);
         let mut transactional = plain.to_vec();
         transactional[ATTRIBUTES + 1] = 0x10;
-        assert!(!joinable(&transactional));
+        assert!(!joinable(&transactional, true));
         // Two batches in one entry, or one cut short, are not one batch.
         let two = [plain.as_ref(), plain.as_ref()].concat();
-        assert!(!joinable(&two));
-        assert!(!joinable(&plain[..plain.len() - 1]));
+        assert!(!joinable(&two, true));
+        assert!(!joinable(&plain[..plain.len() - 1], true));
     }
 
     #[test]

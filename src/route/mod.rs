@@ -86,6 +86,8 @@ pub struct Router {
     pub lane_spill_depth: u32,
     /// Largest batch built by joining waiting batches (`routing.join_max_bytes`; 0: none).
     pub join_max_bytes: usize,
+    /// Whether compressed batches are joined too (`routing.join_compressed`).
+    pub join_compressed: bool,
 }
 
 impl Router {
@@ -103,6 +105,7 @@ impl Router {
             recovery: recovery::Recovery::new(Duration::from_millis(config.producer_expiry_ms)),
             lane_spill_depth: config.lane_spill_depth,
             join_max_bytes: config.join_max_bytes as usize,
+            join_compressed: config.join_compressed,
         }
     }
 }

@@ -243,7 +243,7 @@ impl Place<'_, '_> {
         let joinable = movable
             && self.proxy.router.join_max_bytes > 0
             && self.state.sequences.joins(&key.topic)
-            && join::joinable(records);
+            && join::joinable(records, self.proxy.router.join_compressed);
         let picked = movable
             .then(|| self.choose(&key, records, choice, joinable))
             .flatten();

@@ -247,7 +247,7 @@ fn settle(
 
 /// Takes from `later` (the waiting batches after `head`, in arrival order) those that can go
 /// out joined behind `head`, numbered on `target` right after it (which starts at `seq`):
-/// movable, uncompressed, of the same topic and epoch, in their client partition's order, up
+/// movable, joinable (of one codec), of the same topic and epoch, in their client partition's order, up
 /// to `routing.join_max_bytes` in all. Returns them with their numbers.
 fn take_joiners(
     proxy: &Proxy,
@@ -261,7 +261,8 @@ fn take_joiners(
     let records = &head.records;
     let limit = proxy.router.join_max_bytes;
     let sequences = &mut state.sequences;
-    if limit == 0 || !sequences.joins(&head.key.topic) || !join::joinable(records) {
+    let compressed = proxy.router.join_compressed;
+    if limit == 0 || !sequences.joins(&head.key.topic) || !join::joinable(records, compressed) {
         return Vec::new();
     }
     let mut size = records.len();
