@@ -50,9 +50,12 @@ def main():
     ]
     cost = rows(f"{out}/join_cost.tsv")
     cost_table = [
-        "| codec | ms of CPU per MB joined | compression ratio of the joined batch |",
-        "|---|---:|---:|",
-    ] + [f"| {c['codec']} | {float(c['ms_per_mb']):.2f} | {float(c['ratio']):.2f} |" for c in cost]
+        "| records | codec | ms of CPU per MB joined | compression ratio of the joined batch |",
+        "|---|---|---:|---:|",
+    ] + [
+        f"| {c['shape']} | {c['codec']} | {float(c['ms_per_mb']):.2f} | {float(c['ratio']):.2f} |"
+        for c in cost
+    ]
     text = (
         f"Run: {meta}. Command: `bench/join.sh`. Broker 2 answers 30 ms late; each run one fresh "
         "kroute sidecar and a fresh topic of 6 partitions (2 led by each broker); every record was "
@@ -61,7 +64,8 @@ def main():
         + ".\n\n"
         + "\n".join(table)
         + "\n\njoin() alone (`cargo run --release --example join_cost`: 4 batches of 16 records of "
-        "1 KiB, random lowercase letters, joined 200 times):\n\n"
+        "1 KiB, random lowercase letters or words drawn from 64, joined 200 times; CPU of one "
+        "core):\n\n"
         + "\n".join(cost_table)
         + "\n"
     )
