@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Joining compressed batches (issue 27, part 3): what it gains and what it costs. Two idempotent
-# producers that compress, franz-go (snappy, its default) and librdkafka (asked to be idempotent,
-# lz4), each at full speed through one kroute sidecar with broker 2 answering late, with
+# Joining compressed batches (issue 27, part 3): what it gains and what it costs. Three idempotent
+# producers that compress, franz-go (snappy, its default), librdkafka (asked to be idempotent,
+# lz4) and the Java client (its defaults, lz4: 16 KiB batches, the small batches joining is
+# for), each at full speed through one kroute sidecar with broker 2 answering late, with
 # `routing.join_compressed` on and off, rounds alternating. Per run: throughput (records/s over
 # the client's run), kroute's CPU seconds per GB produced (/proc/<pid>/stat), the batches joined
 # (kroute_idempotent_batches_total{outcome="joined"}) and a check that every record reached the
 # brokers (their end offsets). Then examples/join_cost: join()'s CPU per MB for each codec.
 #
-#   bench/join.sh                                   (about 6 minutes on 2 cores)
+#   bench/join.sh                                   (about 5 minutes on 2 cores)
 #   BENCH_ROUNDS=1 BENCH_DOCS=none bench/join.sh    # smoke
 #
 # Output: target/bench-join/ (results.tsv, raw/), and the tables in docs/benchmarks.md between
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 . bench/common.sh
 
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
-BENCH_RECORDS=${BENCH_RECORDS:-40000}
+BENCH_RECORDS=${BENCH_RECORDS:-200000}
 BENCH_SLOW_MS=${BENCH_SLOW_MS:-30}
 BENCH_PORT_BASE=${BENCH_PORT_BASE:-26400}
 BENCH_DOCS=${BENCH_DOCS:-docs/benchmarks.md}
@@ -26,6 +27,7 @@ export KROUTE_CLUSTER_DIR=${KROUTE_CLUSTER_DIR:-$PWD/target/cluster}   # the tes
 OUT=target/bench-join
 RAW=$OUT/raw
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
+BUILD=1
 KR_PIDS=()
 
 say() { echo "join.sh: $*" >&2; }
@@ -42,6 +44,7 @@ rm -rf "$OUT"
 mkdir -p "$RAW"
 build_kroute_and_rdkafka_perf
 cargo build --release --example join_cost 2>&1 | tail -n 1 >&2
+tests/java/build.sh >/dev/null || die "building the Java test client failed"
 tests/go/build.sh || die "building the Go test client failed"
 tests/python/setup.sh || die "setting up the Python test client failed"
 PYTHON=target/python/bin/python3
@@ -57,6 +60,8 @@ produce() {
   franz-go) target/go/franz-producer --bootstrap "$2" --topic "$3" --count "$BENCH_RECORDS" --size 1024 ;;
   librdkafka) target/release/examples/rdkafka_perf "$2" "$3" "$BENCH_RECORDS" 1024 -1 \
     acks=all linger.ms=5 compression.codec=lz4 enable.idempotence=true ;;
+  java) tests/java/run.sh produce --bootstrap "$2" --topic "$3" --count "$BENCH_RECORDS" \
+    --record-size 1024 --compression lz4 ;;
   esac >"$4" 2>&1 || { tail -n 20 "$4" >&2; die "$1 failed: $4"; }
 }
 
@@ -79,7 +84,7 @@ PY
 printf 'client\tjoin_compressed\tround\trecords_per_s\tcpu_s_per_gb\tjoined\trenumbered\n' >"$OUT/results.tsv"
 run=0
 for round in $(seq "$BENCH_ROUNDS"); do
-  for client in franz-go librdkafka; do
+  for client in franz-go librdkafka java; do
     # Alternate which setting goes first, so drift over the run hits both alike.
     settings="true false"
     [ $((round % 2)) = 0 ] && settings="false true"

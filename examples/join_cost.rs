@@ -74,11 +74,11 @@ fn main() {
     println!("shape\tcodec\tmb_joined\tseconds\tms_per_mb\tratio");
     for (shape, (name, codec)) in ["letters", "words"].into_iter().flat_map(|shape| {
         [
-        ("none", Compression::None),
-        ("gzip", Compression::Gzip),
-        ("snappy", Compression::Snappy),
-        ("lz4", Compression::Lz4),
-        ("zstd", Compression::Zstd),
+            ("none", Compression::None),
+            ("gzip", Compression::Gzip),
+            ("snappy", Compression::Snappy),
+            ("lz4", Compression::Lz4),
+            ("zstd", Compression::Zstd),
         ]
         .map(|codec| (shape, codec))
     }) {

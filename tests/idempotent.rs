@@ -86,6 +86,34 @@ fn java_default_producer_batches_move_without_sequence_errors() {
     let acked = run.acks();
     assert_eq!(acked.len(), 20000);
     assert_exactly_once(&kroute.bootstrap, &topic, ids(&acked));
+
+    // The same with lz4: compressed batches are joined too (decompressed, joined, compressed
+    // again), and every record still arrives once.
+    let lz4_topic = unique("route-idem-lz4");
+    create_topic_two_per_broker(&lz4_topic);
+    let joined_before = outcome(kroute, "joined");
+    let args = [
+        "--count",
+        "20000",
+        "--record-size",
+        "1024",
+        "--compression",
+        "lz4",
+    ];
+    let lz4 = java_on(
+        "produce",
+        &kroute.bootstrap,
+        &lz4_topic,
+        &[&args[..], &["--id-prefix", "jz-"]].concat(),
+    );
+    let joined = outcome(kroute, "joined") - joined_before;
+    eprintln!("lz4 batches joined: {joined}");
+    assert!(joined > 0.0, "no lz4 batch was joined");
+    assert_eq!(lz4.count("errors"), 0);
+    assert_no_sequence_errors(&lz4, kroute);
+    let acked = lz4.acks();
+    assert_eq!(acked.len(), 20000);
+    assert_exactly_once(&kroute.bootstrap, &lz4_topic, ids(&acked));
     kroute.assert_clean_logs(&[]);
 }
 

@@ -11,26 +11,29 @@
 //! Only batches with plain attributes are joined (no transaction, no control batch,
 //! CreateTime). Each record's offset delta and timestamp delta are rewritten relative to the
 //! joined batch (both are varints, so the record is re-framed); key, value and headers are
-//! copied as they are. Compressed batches of one codec are joined too where
+//! copied as they are. Compressed batches of one codec (snappy, lz4, zstd) are joined too where
 //! `routing.join_compressed` says so: their records are decompressed, re-framed and compressed
 //! again with that codec ([`super::codec`]), which costs CPU (bench/join.sh measures it).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::batch::{
-    ATTRIBUTES, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, InspectBudget,
-    LAST_OFFSET_DELTA, MAGIC, MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS,
-    plain_records, read_i16, read_i32, read_i64, varint,
+    ATTRIBUTES, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, InspectBudget, LAST_OFFSET_DELTA,
+    MAGIC, MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS, plain_records,
+    read_i16, read_i32, read_i64, varint,
 };
 use super::codec;
 
-/// The largest decompressed size of the batches joined into one compressed batch, as for
-/// looking into a request's batches ([`super::batch::InspectBudget`]).
-const JOIN_PLAIN_LIMIT: u64 = 64 * 1024 * 1024;
+/// The largest decompressed size of the batches joined into one compressed batch: 64 times
+/// the default `routing.join_max_bytes`. Beyond it the join fails, its batches are retried
+/// alone, and joining stops for the producer and topic (as after a joined batch refused).
+pub const JOIN_PLAIN_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Whether `records` is exactly one magic v2 batch that can be joined with others: CreateTime,
 /// not transactional, not a control batch, length consistent, and uncompressed unless
-/// `compressed` (then any codec kroute writes).
+/// `compressed` (then snappy, lz4 or zstd). Never gzip: joining gzip batches cost 31-52 ms of
+/// CPU per MB in examples/join_cost, some 25-40 times what kroute spends on a produced MB
+/// otherwise (docs/benchmarks.md, "Joining compressed batches").
 pub fn joinable(records: &[u8], compressed: bool) -> bool {
     let Some(len) = read_i32(records, BATCH_LENGTH).and_then(|l| usize::try_from(l).ok()) else {
         return false;
@@ -41,7 +44,7 @@ pub fn joinable(records: &[u8], compressed: bool) -> bool {
         && records.len() > RECORDS
         && records[MAGIC] == 2
         && attributes & !0x07 == 0
-        && (codec == 0 || (compressed && codec <= codec::ZSTD))
+        && (codec == 0 || (compressed && matches!(codec, codec::SNAPPY | codec::LZ4 | codec::ZSTD)))
 }
 
 /// Whether `next` can be joined behind `first` (see [`join`]): both [`joinable`] with the same
@@ -270,18 +273,18 @@ mod tests {
 
     #[test]
     fn compressed_batches_of_one_codec_join_into_one_batch_of_that_codec() {
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        let gzip = batch(3, 0, 1_700_000_000_000, Compression::Gzip);
+        assert!(!joinable(&gzip, true), "gzip costs too much to join");
+        for codec in [Compression::Snappy, Compression::Lz4, Compression::Zstd] {
             let a = batch(3, 0, 1_700_000_000_000, codec);
             let b = batch(5, 3, 1_700_000_000_200, codec);
             assert!(joinable(&a, true) && !joinable(&a, false), "{codec:?}");
             assert!(can_join(&a, &b));
             let joined = join(&[&a, &b], 3, 40).expect("joinable");
-            assert_eq!(joined[ATTRIBUTES..ATTRIBUTES + 2], a[ATTRIBUTES..ATTRIBUTES + 2]);
+            assert_eq!(
+                joined[ATTRIBUTES..ATTRIBUTES + 2],
+                a[ATTRIBUTES..ATTRIBUTES + 2]
+            );
             let sets = RecordBatchDecoder::decode_all(&mut joined.clone()).expect("valid");
             assert_eq!(sets.len(), 1, "{codec:?}");
             let values: Vec<_> = sets[0].records.iter().map(|r| r.value.clone()).collect();
