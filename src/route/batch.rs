@@ -343,6 +343,25 @@ pub(crate) mod tests {
         TimestampType,
     };
 
+    /// Record `i` of a producer (-1: a plain one), with `key`.
+    pub(crate) fn record(i: usize, key: Option<&str>, producer_id: i64) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: if producer_id < 0 { -1 } else { 0 },
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if producer_id < 0 { -1 } else { i as i32 },
+            timestamp: 1_700_000_000_000,
+            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(Bytes::from(format!("value-{i}-{}", "x".repeat(50)))),
+            headers: Default::default(),
+        }
+    }
+
     /// Encodes one batch with kafka-protocol's encoder (an independent implementation).
     pub(crate) fn batch(
         keys: &[Option<&str>],
@@ -355,18 +374,7 @@ pub(crate) mod tests {
             .enumerate()
             .map(|(i, k)| Record {
                 transactional,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id,
-                producer_epoch: if producer_id < 0 { -1 } else { 0 },
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: if producer_id < 0 { -1 } else { i as i32 },
-                timestamp: 1_700_000_000_000,
-                key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-                value: Some(Bytes::from(format!("value-{i}-{}", "x".repeat(50)))),
-                headers: Default::default(),
+                ..record(i, *k, producer_id)
             })
             .collect();
         let mut out = BytesMut::new();
@@ -382,7 +390,7 @@ pub(crate) mod tests {
         out.freeze()
     }
 
-    const CODECS: [Compression; 5] = [
+    pub(crate) const CODECS: [Compression; 5] = [
         Compression::None,
         Compression::Gzip,
         Compression::Snappy,

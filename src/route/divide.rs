@@ -262,30 +262,15 @@ mod tests {
     use super::*;
     use kafka_protocol::records::{
         Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-        TimestampType,
     };
 
-    const CODECS: [Compression; 5] = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
+    use crate::route::batch::tests::CODECS;
     const T0: i64 = 1_700_000_000_000;
 
     /// A record `i` with `key`, a value and a header naming it, and a timestamp that goes
     /// back and forth (so the max timestamp is not the last record's).
     fn record(i: usize, key: Option<&str>, producer_id: i64) -> Record {
         Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch: if producer_id < 0 { -1 } else { 0 },
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
             // (kafka-protocol's encoder starts a new batch where offset - sequence changes:
             // this keeps one batch whose base sequence is -1.)
             sequence: if producer_id < 0 {
@@ -294,11 +279,11 @@ mod tests {
                 i as i32
             },
             timestamp: T0 + [5, 1, 9, 3, 7, 2][i % 6] + 10 * (i as i64 / 6),
-            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
             value: Some(Bytes::from(format!("value-{i}-{}", "x".repeat(300)))),
             headers: [("n".into(), Some(Bytes::from(format!("{i}"))))]
                 .into_iter()
                 .collect(),
+            ..crate::route::batch::tests::record(i, key, producer_id)
         }
     }
 

@@ -26,7 +26,7 @@ use super::{Merge, Part, Plan, Split};
 use crate::cluster::TopicLayout;
 use crate::config::Strategy;
 use crate::protocol::header::{ProduceHead, RequestHead};
-use crate::protocol::produce::{TopicEntry, parse_produce_body};
+use crate::protocol::produce::{PartitionEntry, TopicEntry, parse_produce_body};
 use crate::protocol::versions::PRODUCE_MAX_VERSION;
 use crate::proxy::Proxy;
 use crate::security::Permit;
@@ -191,31 +191,11 @@ pub fn plan(
                 }) => {
                     kept.keep(KeepReason::Keyed, home, keyed);
                     kept.keep(reason, home, keyless);
-                    add_entry(
-                        &mut destinations[0].1,
-                        name,
-                        entry.index,
-                        entry.records.clone(),
-                    );
-                    Route::Part {
-                        part: 0,
-                        partition: entry.index,
-                        moved: false,
-                    }
+                    stays(&mut destinations, name, entry)
                 }
                 Err(reason) => {
                     kept.keep(reason, home, bytes);
-                    add_entry(
-                        &mut destinations[0].1,
-                        name,
-                        entry.index,
-                        entry.records.clone(),
-                    );
-                    Route::Part {
-                        part: 0,
-                        partition: entry.index,
-                        moved: false,
-                    }
+                    stays(&mut destinations, name, entry)
                 }
             };
             topic_routes.push(route);
@@ -257,6 +237,25 @@ pub fn plan(
     let merge = (produce.acks != 0)
         .then(|| Box::new(ProduceMerge::new(head, topics, routes)) as Box<dyn Merge>);
     Plan::Split(Split { parts, merge })
+}
+
+/// Puts `entry` whole, byte-identical, in the part for the client's broker (part 0).
+fn stays(
+    destinations: &mut [(i32, Vec<TopicProduceData>)],
+    name: &TopicName,
+    entry: &PartitionEntry,
+) -> Route {
+    add_entry(
+        &mut destinations[0].1,
+        name,
+        entry.index,
+        entry.records.clone(),
+    );
+    Route::Part {
+        part: 0,
+        partition: entry.index,
+        moved: false,
+    }
 }
 
 /// What happens to one partition entry of a routed topic that kroute can read.
