@@ -160,19 +160,8 @@ pub fn yaml_documents(text: &str) -> Vec<Value> {
 /// Ports for one kroute on the host network: (bootstrap, broker port base, admin), with the
 /// bootstrap, admin and broker ports 1..=3 free on 127.0.0.1.
 pub fn free_ports() -> (u16, u16, u16) {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let seed = std::process::id() % 400;
-    loop {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let base = 21_000 + ((seed * 53 + n * 10) % 20_000) as u16;
-        let ports = [base, base + 1, base + 2, base + 3, base + 5, base + 6];
-        if ports
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            return (base + 5, base, base + 6);
-        }
-    }
+    let (bootstrap, admin, base) = super::pick_ports("127.0.0.1");
+    (bootstrap, base, admin)
 }
 
 /// A container started by a test; removed (`podman rm -f`) on drop.

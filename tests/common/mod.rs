@@ -81,13 +81,27 @@ fn port_free(host: &str, port: u16) -> bool {
     TcpListener::bind((host, port)).is_ok()
 }
 
-/// Picks a bootstrap port, an admin port and a broker port base whose ports 1..=3 are free.
-fn pick_ports(host: &str) -> (u16, u16, u16) {
+/// The first port of the kernel's ephemeral range (32768 by default): test listeners stay
+/// below it. A port picked free in that range can be taken as the local port of any outgoing
+/// connection (a client's, a broker's) before kroute binds it, and held for as long as that
+/// connection lives: it happened, and kroute's listener never came up.
+fn ephemeral_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .filter(|start| *start > 21_000)
+        .unwrap_or(32_768)
+}
+
+/// Picks a bootstrap port, an admin port and a broker port base whose ports 1..=3 are free,
+/// from 20000 up to the ephemeral range.
+pub fn pick_ports(host: &str) -> (u16, u16, u16) {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let seed = std::process::id() % 500;
+    let span = (ephemeral_start() - 20_010) / 10 * 10;
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let base = 20_000 + ((seed * 37 + n * 10) % 30_000) as u16;
+        let base = 20_000 + ((seed * 37 + n * 10) % span) as u16;
         let ports = [base, base + 1, base + 2, base + 3, base + 5, base + 6];
         // Free on 127.0.0.1 too: a test may put relays there in front of kroute's ports.
         if ports

@@ -59,11 +59,9 @@ pub struct Prometheus {
     pub addr: String,
 }
 
+/// A free port below the ephemeral range ([`super::pick_ports`]).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    super::pick_ports("127.0.0.1").0
 }
 
 impl Prometheus {
