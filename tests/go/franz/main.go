@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 func main() {
@@ -32,6 +33,7 @@ func main() {
 	prefix := flag.String("prefix", "fg-", "id prefix")
 	keyEvery := flag.Int("key-every", 0, "records 0, K, 2K, ... get a key, the others none (0: no keys)")
 	compression := flag.String("compression", "", "none, gzip, snappy, lz4 or zstd (default: franz-go's, snappy)")
+	saslPlain := flag.String("sasl-plain", "", "USER:PASSWORD: authenticate with SASL PLAIN (over plaintext)")
 	flag.Parse()
 	if *bootstrap == "" || *topic == "" {
 		fmt.Fprintln(os.Stderr, "usage: franz-producer --bootstrap HOST:PORT --topic T [--count N] [--rate R] [--size B]")
@@ -57,6 +59,14 @@ func main() {
 			os.Exit(2)
 		}
 		opts = append(opts, kgo.ProducerBatchCompression(codec))
+	}
+	if *saslPlain != "" {
+		user, pass, ok := strings.Cut(*saslPlain, ":")
+		if !ok {
+			fmt.Fprintln(os.Stderr, "--sasl-plain wants USER:PASSWORD")
+			os.Exit(2)
+		}
+		opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
 	}
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
