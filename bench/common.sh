@@ -51,6 +51,13 @@ relayed_cluster_up() {
       die "the cluster in $KROUTE_CLUSTER_DIR runs in direct mode; stop it or give another KROUTE_CLUSTER_DIR"
     caps_before=$(scripts/cluster.sh caps)
     say "using the running cluster in $KROUTE_CLUSTER_DIR"
+    # A cluster that has carried the test suite and earlier benches holds thousands of
+    # partitions and gigabytes: its brokers answer slower, and a bench's shares shift (broker
+    # 2 got 0.15-0.28 through kroute instead of 0.06-0.14 on 9 GB in bench/coverage.sh).
+    local gb
+    gb=$(du -s --block-size=1G "$KROUTE_CLUSTER_DIR/data" 2>/dev/null | cut -f1)
+    [ "${gb:-0}" -lt 2 ] ||
+      say "WARNING: the cluster holds ${gb} GB of earlier topics; for clean numbers restart it empty (scripts/cluster.sh stop, then start)"
   else
     scripts/cluster.sh status 2>/dev/null | grep -q ' running pid=' &&
       die "the cluster in $KROUTE_CLUSTER_DIR is partly running; fix it (scripts/cluster.sh status) first"
