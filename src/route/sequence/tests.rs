@@ -1774,3 +1774,41 @@ fn a_refused_joined_batch_sends_each_member_back_alone_and_stops_joining() {
     assert_eq!(p.lookup(&b), Lookup::Fresh);
     assert_eq!(p.join(&b, 0, 2), None, "no more joining in this topic");
 }
+
+/// A batch divided into two parts ([`crate::route::divide`]) is remembered through its parts:
+/// never as the whole batch, so its retry is divided again rather than numbered whole; a
+/// batch numbered whole is remembered whole. Other batches of the partition are neither.
+#[test]
+fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
+    let mut p = Producer::default();
+    let whole = key(0, 0, 100, 5);
+    let keyed = BatchKey {
+        records: 2,
+        content: 1,
+        ..whole.clone()
+    };
+    let keyless = BatchKey {
+        base: 102,
+        records: 3,
+        content: 2,
+        ..whole.clone()
+    };
+    assert!(!p.remembers(&whole) && !p.remembers_part_of(&whole));
+    place_acked(&mut p, &keyed, 0);
+    assert!(p.remembers_part_of(&whole), "its keyed part");
+    assert!(!p.remembers(&whole));
+    place(&mut p, &keyless, 3);
+    assert!(p.remembers_part_of(&whole) && !p.remembers(&whole));
+    // Its parts' retries find where they went.
+    assert_eq!(p.lookup(&keyed), Lookup::Acknowledged);
+    assert_eq!(p.lookup(&keyless), Lookup::StillInFlight);
+
+    // The next batch of the partition, numbered whole, is its own.
+    let next = key(0, 0, 105, 4);
+    assert!(!p.remembers_part_of(&next) && !p.remembers(&next));
+    place_acked(&mut p, &next, 0);
+    assert!(p.remembers(&next) && !p.remembers_part_of(&next));
+    // Another epoch's batch at the same numbers is not this one.
+    let later = key(0, 1, 100, 5);
+    assert!(!p.remembers_part_of(&later) && !p.remembers(&later));
+}
