@@ -372,7 +372,15 @@ fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
     let topic = unique("route-cut");
     create_topic_two_per_broker(&topic);
 
-    let producer = java_produce_in_background(&kroute.bootstrap, &topic, 15_000, 2_500, "jc-");
+    // Every third record keyed: batches that mix them are divided, and their parts retried
+    // part by part.
+    let producer = java_produce_in_background_with(
+        &kroute.bootstrap,
+        &topic,
+        (15_000, 2_500),
+        "jc-",
+        &["--key-every", "3"],
+    );
     // Cut every broker's connections a few times while batches are in flight, each time
     // once more batches went through since the last cut.
     let mut seen = 0.0;
@@ -398,6 +406,9 @@ fn upstream_connections_cut_mid_flight_cause_retries_but_no_duplicates() {
         "no client retry reached kroute: the cuts missed"
     );
     assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    let divided = outcome(kroute, "divided");
+    eprintln!("retries reaching kroute: {retried}, batches divided: {divided}");
+    assert!(divided > 0.0, "no batch was divided");
 
     let acked = run.acks();
     assert_eq!(acked.len(), 15_000);

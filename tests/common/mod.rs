@@ -502,6 +502,17 @@ pub fn java_produce_in_background(
     per_second: u32,
     prefix: &str,
 ) -> std::thread::JoinHandle<JavaRun> {
+    java_produce_in_background_with(bootstrap, topic, (count, per_second), prefix, &[])
+}
+
+/// [`java_produce_in_background`] with more flags for the client (e.g. `--key-every 3`).
+pub fn java_produce_in_background_with(
+    bootstrap: &str,
+    topic: &str,
+    (count, per_second): (u32, u32),
+    prefix: &str,
+    more: &[&str],
+) -> std::thread::JoinHandle<JavaRun> {
     let args: Vec<String> = [
         "produce",
         "--bootstrap",
@@ -520,6 +531,7 @@ pub fn java_produce_in_background(
         "120000",
     ]
     .iter()
+    .chain(more)
     .map(|s| s.to_string())
     .collect();
     std::thread::spawn(move || java(&args.iter().map(String::as_str).collect::<Vec<_>>()))
