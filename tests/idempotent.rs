@@ -434,7 +434,14 @@ fn a_leader_killed_mid_flight_loses_and_duplicates_nothing() {
     let topic = unique("route-kill");
     create_topic_two_per_broker(&topic);
 
-    let producer = java_produce_in_background(&kroute.bootstrap, &topic, 20_000, 2_500, "jk-");
+    // Every third record keyed: divided batches' keyed parts fail over with their partition.
+    let producer = java_produce_in_background_with(
+        &kroute.bootstrap,
+        &topic,
+        (20_000, 2_500),
+        "jk-",
+        &["--key-every", "3"],
+    );
     wait_for("produce traffic", Duration::from_secs(60), || {
         (outcome(kroute, "renumbered") >= 300.0).then_some(())
     });
