@@ -3,7 +3,7 @@
 # test client with its defaults, with compression on, and with every other record keyed, through
 # one kroute sidecar and straight to the brokers, with broker 2 answering late.
 #
-#   bench/coverage.sh                      every client x mode (about 4 minutes on 2 cores)
+#   bench/coverage.sh                      every client x mode (4.5-7.5 minutes on 2 cores)
 #   BENCH_CLIENTS=librdkafka BENCH_MODES=default BENCH_DOCS=none bench/coverage.sh    # smoke
 #
 # Clients (their own defaults unless the mode changes them):
