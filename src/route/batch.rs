@@ -120,6 +120,25 @@ pub struct Movable {
 
 /// Inspects the records of one partition entry of a Produce request.
 pub fn inspect(records: &Bytes, budget: &mut InspectBudget) -> Result<Movable, KeepReason> {
+    match inspect_keys(records, budget)? {
+        Keys::Keyless(movable) => Ok(movable),
+        Keys::Keyed { .. } => Err(KeepReason::Keyed),
+    }
+}
+
+/// What [`inspect_keys`] found of the keys of an entry's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// No record has a key.
+    Keyless(Movable),
+    /// A record has a key. `may_mix` unless every record was read and every one has a key:
+    /// only then is there certainly nothing to divide ([`super::divide`]), and dividing (which
+    /// decompresses the records again) is not tried.
+    Keyed { may_mix: bool },
+}
+
+/// [`inspect`], telling an entry whose records all have keys from one that may mix them.
+pub fn inspect_keys(records: &Bytes, budget: &mut InspectBudget) -> Result<Keys, KeepReason> {
     let mut rest = records.clone();
     let mut total = 0u32;
     let mut idempotent = false;
@@ -128,13 +147,22 @@ pub fn inspect(records: &Bytes, budget: &mut InspectBudget) -> Result<Movable, K
     }
     while !rest.is_empty() {
         let batch = split_batch(&mut rest)?;
-        total = total.saturating_add(inspect_batch(&batch, budget)?);
+        match inspect_batch(&batch, budget)? {
+            Scan::Keyless => {
+                let count = read_i32(&batch, RECORD_COUNT).unwrap_or(0) as u32;
+                total = total.saturating_add(count);
+            }
+            Scan::Keyed { all_keyed } => {
+                let may_mix = total > 0 || !all_keyed || !rest.is_empty();
+                return Ok(Keys::Keyed { may_mix });
+            }
+        }
         idempotent |= read_i64(&batch, PRODUCER_ID) != Some(-1);
     }
-    Ok(Movable {
+    Ok(Keys::Keyless(Movable {
         records: total,
         idempotent,
-    })
+    }))
 }
 
 /// The producer numbering of one partition entry's batches.
@@ -250,7 +278,7 @@ pub(super) fn read_i32(b: &[u8], at: usize) -> Option<i32> {
     Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<u32, KeepReason> {
+fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<Scan, KeepReason> {
     if batch.get(MAGIC) != Some(&2) {
         return Err(KeepReason::Malformed);
     }
@@ -265,11 +293,7 @@ fn inspect_batch(batch: &Bytes, budget: &mut InspectBudget) -> Result<u32, KeepR
         .and_then(|c| u32::try_from(c).ok())
         .ok_or(KeepReason::Malformed)?;
     let plain = plain_records(batch, budget)?;
-    if all_keys_null(&plain, count)? {
-        Ok(count)
-    } else {
-        Err(KeepReason::Keyed)
-    }
+    scan_keys(&plain, count)
 }
 
 /// The records region of a magic v2 `batch`, decompressed within `budget` if it is compressed
@@ -308,30 +332,74 @@ pub(super) fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
     None
 }
 
-/// Walks `count` records; true if every key is null.
-fn all_keys_null(records: &[u8], count: u32) -> Result<bool, KeepReason> {
+/// What the keys of one batch's records are.
+enum Scan {
+    Keyless,
+    /// `all_keyed` if every record was read and has a key.
+    Keyed {
+        all_keyed: bool,
+    },
+}
+
+/// Walks `count` records until it has seen both a key and a null key. Once a key is seen, a
+/// record that does not read ends the walk (the batch stays, keyed, either way).
+fn scan_keys(records: &[u8], count: u32) -> Result<Scan, KeepReason> {
     let mut pos = 0usize;
+    let mut keyed = false;
     for _ in 0..count {
-        let len = varint(records, &mut pos).ok_or(KeepReason::Malformed)?;
-        let start = pos;
-        let end = usize::try_from(len)
-            .ok()
-            .and_then(|l| start.checked_add(l))
-            .filter(|e| *e <= records.len())
-            .ok_or(KeepReason::Malformed)?;
-        pos += 1; // attributes
-        varint(records, &mut pos).ok_or(KeepReason::Malformed)?; // timestamp delta
-        varint(records, &mut pos).ok_or(KeepReason::Malformed)?; // offset delta
-        let key_len = varint(records, &mut pos).ok_or(KeepReason::Malformed)?;
-        if pos > end {
-            return Err(KeepReason::Malformed);
+        let Some(has_key) = next_record(records, &mut pos).and_then(|r| r.keyed()) else {
+            return match keyed {
+                true => Ok(Scan::Keyed { all_keyed: false }),
+                false => Err(KeepReason::Malformed),
+            };
+        };
+        match (has_key, keyed) {
+            (true, _) => keyed = true,
+            (false, true) => return Ok(Scan::Keyed { all_keyed: false }),
+            (false, false) => {}
         }
-        if key_len >= 0 {
-            return Ok(false);
-        }
-        pos = end;
     }
-    Ok(true)
+    Ok(match keyed {
+        true => Scan::Keyed { all_keyed: true },
+        false => Scan::Keyless,
+    })
+}
+
+/// The frame of one record of an uncompressed records region, as re-framing and key checks
+/// read it (the record's own bytes, not copied).
+pub(super) struct RecordFrame<'p> {
+    pub attributes: u8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i64,
+    /// Everything after the offset delta: key, value, headers.
+    pub rest: &'p [u8],
+}
+
+impl RecordFrame<'_> {
+    /// Whether the record has a key (a null key has length -1); None if that does not read.
+    pub fn keyed(&self) -> Option<bool> {
+        let mut at = 0;
+        Some(varint(self.rest, &mut at)? >= 0)
+    }
+}
+
+/// Reads the record at `pos` of an uncompressed records region, moving `pos` past it; None if
+/// it does not fit its length.
+pub(super) fn next_record<'p>(region: &'p [u8], pos: &mut usize) -> Option<RecordFrame<'p>> {
+    let len = usize::try_from(varint(region, pos)?).ok()?;
+    let end = pos.checked_add(len).filter(|e| *e <= region.len())?;
+    let attributes = *region.get(*pos)?;
+    let mut at = *pos + 1;
+    let timestamp_delta = varint(region, &mut at)?;
+    let offset_delta = varint(region, &mut at)?;
+    let rest = region.get(at..end)?;
+    *pos = end;
+    Some(RecordFrame {
+        attributes,
+        timestamp_delta,
+        offset_delta,
+        rest,
+    })
 }
 
 #[cfg(test)]
@@ -454,6 +522,31 @@ pub(crate) mod tests {
             check(&batch(&[None], Compression::None, 7, true)),
             Err(KeepReason::Transactional)
         );
+    }
+
+    #[test]
+    fn only_an_entry_read_whole_with_every_record_keyed_cannot_mix() {
+        let keys = |records: &Bytes| inspect_keys(records, &mut InspectBudget::per_request());
+        // (An idempotent producer's records, which kafka-protocol writes as one batch; a plain
+        // producer's it writes one batch per record: see the divide tests.)
+        for c in CODECS {
+            let keyed = batch(&[Some("a"), Some("b")], c, 7, false);
+            assert_eq!(keys(&keyed), Ok(Keys::Keyed { may_mix: false }), "{c:?}");
+            let mixed = batch(&[Some("a"), None], c, 7, false);
+            assert_eq!(keys(&mixed), Ok(Keys::Keyed { may_mix: true }), "{c:?}");
+        }
+        let mut one = BytesMut::new();
+        one.extend_from_slice(&batch(&[None], Compression::None, -1, false));
+        one.extend_from_slice(&batch(&[Some("k")], Compression::None, -1, false));
+        assert_eq!(keys(&one.freeze()), Ok(Keys::Keyed { may_mix: true }));
+        let mut later = BytesMut::new();
+        later.extend_from_slice(&batch(&[Some("k")], Compression::None, -1, false));
+        later.extend_from_slice(&batch(&[Some("j")], Compression::None, -1, false));
+        assert_eq!(keys(&later.freeze()), Ok(Keys::Keyed { may_mix: true }));
+        // A key, then a record that does not read: keyed, and maybe mixed.
+        let mut cut = batch(&[Some("a")], Compression::None, 7, false).to_vec();
+        cut[RECORD_COUNT + 3] = 2;
+        assert_eq!(keys(&Bytes::from(cut)), Ok(Keys::Keyed { may_mix: true }));
     }
 
     #[test]

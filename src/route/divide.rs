@@ -24,11 +24,11 @@ use bytes::{Bytes, BytesMut};
 
 use super::batch::{
     ATTRIBUTES, BATCH_LENGTH, CRC, InspectBudget, KeepReason, LAST_OFFSET_DELTA, MAGIC,
-    MAX_TIMESTAMP, PRODUCER_ID, RECORD_COUNT, RECORDS, plain_records, read_i16, read_i32, read_i64,
-    varint,
+    MAX_TIMESTAMP, PRODUCER_ID, RECORD_COUNT, RECORDS, RecordFrame, next_record, plain_records,
+    read_i16, read_i32, read_i64,
 };
 use super::codec::compress;
-use super::join::{put_varint, put_varint_buf};
+use super::join::write_record;
 
 /// A partition entry divided into the records that stay and the records that may move.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,13 +131,12 @@ fn divide_batch<'b>(
     let mut keyless = Part::default();
     let mut pos = 0usize;
     for _ in 0..count {
-        let record = read_record(&plain, &mut pos).ok_or(KeepReason::Malformed)?;
-        let part = if record.keyed {
-            &mut keyed
-        } else {
-            &mut keyless
+        let record = next_record(&plain, &mut pos).ok_or(KeepReason::Malformed)?;
+        let part = match record.keyed().ok_or(KeepReason::Malformed)? {
+            true => &mut keyed,
+            false => &mut keyless,
         };
-        part.push(&record);
+        part.push(&record)?;
     }
     if pos != plain.len() {
         return Err(KeepReason::Malformed);
@@ -166,35 +165,6 @@ fn divide_batch<'b>(
     })
 }
 
-/// One record of a batch, as far as dividing needs it.
-struct Record<'p> {
-    keyed: bool,
-    attributes: u8,
-    timestamp_delta: i64,
-    /// Everything after the offset delta: key, value, headers.
-    rest: &'p [u8],
-}
-
-/// Reads the record at `pos` of a plain records region, moving `pos` past it.
-fn read_record<'p>(plain: &'p [u8], pos: &mut usize) -> Option<Record<'p>> {
-    let len = usize::try_from(varint(plain, pos)?).ok()?;
-    let end = pos.checked_add(len).filter(|e| *e <= plain.len())?;
-    let attributes = *plain.get(*pos)?;
-    let mut at = *pos + 1;
-    let timestamp_delta = varint(plain, &mut at)?;
-    varint(plain, &mut at)?; // the offset delta, written afresh
-    let rest = plain.get(at..end)?;
-    let mut key_at = 0usize;
-    let key_len = varint(rest, &mut key_at)?;
-    *pos = end;
-    Some(Record {
-        keyed: key_len >= 0,
-        attributes,
-        timestamp_delta,
-        rest,
-    })
-}
-
 /// The records of one part of a batch, re-framed as they are added.
 #[derive(Default)]
 struct Part {
@@ -205,21 +175,22 @@ struct Part {
 
 impl Part {
     /// Appends `record` with the next offset delta of this part.
-    fn push(&mut self, record: &Record) {
-        // attributes, timestamp delta and offset delta: at most 1 + 10 + 10 bytes.
-        let mut head = [0u8; 21];
-        head[0] = record.attributes;
-        let mut n = 1 + put_varint(&mut head[1..], record.timestamp_delta);
-        n += put_varint(&mut head[n..], i64::from(self.count));
-        put_varint_buf(&mut self.records, (n + record.rest.len()) as i64);
-        self.records.extend_from_slice(&head[..n]);
-        self.records.extend_from_slice(record.rest);
+    fn push(&mut self, record: &RecordFrame) -> Result<(), KeepReason> {
+        let offset_delta = i64::from(self.count);
+        write_record(
+            &mut self.records,
+            record,
+            record.timestamp_delta,
+            offset_delta,
+        )
+        .ok_or(KeepReason::Malformed)?;
         self.max_timestamp_delta = if self.count == 0 {
             record.timestamp_delta
         } else {
             self.max_timestamp_delta.max(record.timestamp_delta)
         };
         self.count += 1;
+        Ok(())
     }
 
     /// This part as a batch with `batch`'s header, compressed with its codec.
@@ -265,6 +236,7 @@ mod tests {
     };
 
     use crate::route::batch::tests::CODECS;
+    use crate::route::batch::varint;
     const T0: i64 = 1_700_000_000_000;
 
     /// A record `i` with `key`, a value and a header naming it, and a timestamp that goes

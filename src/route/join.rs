@@ -19,8 +19,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::batch::{
     ATTRIBUTES, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, InspectBudget, LAST_OFFSET_DELTA,
-    MAGIC, MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS, plain_records,
-    read_i16, read_i32, read_i64, varint,
+    MAGIC, MAX_TIMESTAMP, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT, RECORDS, RecordFrame,
+    next_record, plain_records, read_i16, read_i32, read_i64,
 };
 use super::codec;
 
@@ -140,33 +140,37 @@ fn reframe_records(
 ) -> Option<i32> {
     let mut pos = 0usize;
     for _ in 0..count {
-        let len = usize::try_from(varint(body, &mut pos)?).ok()?;
-        let end = pos.checked_add(len).filter(|e| *e <= body.len())?;
-        let attributes = *body.get(pos)?;
-        let mut at = pos + 1;
-        let timestamp_delta = varint(body, &mut at)?.checked_add(shift)?;
-        let offset_delta = varint(body, &mut at)?.checked_add(offset)?;
-        if at > end {
-            return None;
-        }
+        let record = next_record(body, &mut pos)?;
+        let timestamp_delta = record.timestamp_delta.checked_add(shift)?;
+        let offset_delta = record.offset_delta.checked_add(offset)?;
         if let Some(out) = out.as_deref_mut() {
-            // attributes, then the two deltas (at most 10 bytes each as varints)
-            let mut head = [0u8; 21];
-            head[0] = attributes;
-            let mut n = 1 + put_varint(&mut head[1..], timestamp_delta);
-            n += put_varint(&mut head[n..], offset_delta);
-            let rest = &body[at..end];
-            put_varint_buf(out, i64::try_from(n + rest.len()).ok()?);
-            out.extend_from_slice(&head[..n]);
-            out.extend_from_slice(rest);
+            write_record(out, &record, timestamp_delta, offset_delta)?;
         }
-        pos = end;
     }
     (pos == body.len()).then_some(count)
 }
 
+/// Appends `record` to `out` with new timestamp and offset deltas (both varints, so its
+/// length is written afresh); its attributes, key, value and headers are copied as they are.
+pub(super) fn write_record(
+    out: &mut impl BufMut,
+    record: &RecordFrame,
+    timestamp_delta: i64,
+    offset_delta: i64,
+) -> Option<()> {
+    // attributes, then the two deltas (at most 10 bytes each as varints)
+    let mut head = [0u8; 21];
+    head[0] = record.attributes;
+    let mut n = 1 + put_varint(&mut head[1..], timestamp_delta);
+    n += put_varint(&mut head[n..], offset_delta);
+    put_varint_buf(out, i64::try_from(n + record.rest.len()).ok()?);
+    out.put_slice(&head[..n]);
+    out.put_slice(record.rest);
+    Some(())
+}
+
 /// Writes a zigzag varint into `out` (room for 10 bytes); returns its length.
-pub(super) fn put_varint(out: &mut [u8], value: i64) -> usize {
+fn put_varint(out: &mut [u8], value: i64) -> usize {
     let mut raw = ((value << 1) ^ (value >> 63)) as u64;
     let mut n = 0;
     while raw >= 0x80 {
@@ -179,7 +183,7 @@ pub(super) fn put_varint(out: &mut [u8], value: i64) -> usize {
 }
 
 /// Writes a zigzag varint at the end of `out`.
-pub(super) fn put_varint_buf(out: &mut impl BufMut, value: i64) {
+fn put_varint_buf(out: &mut impl BufMut, value: i64) {
     let mut buf = [0u8; 10];
     let n = put_varint(&mut buf, value);
     out.put_slice(&buf[..n]);
@@ -188,6 +192,7 @@ pub(super) fn put_varint_buf(out: &mut impl BufMut, value: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::batch::varint;
     use kafka_protocol::records::{
         Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
         TimestampType,

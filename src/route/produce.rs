@@ -20,7 +20,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
-use super::batch::{InspectBudget, KeepReason, inspect};
+use super::batch::{InspectBudget, KeepReason, Keys, inspect_keys};
 use super::divide::{Divided, divide};
 use super::{Merge, Part, Plan, Split};
 use crate::cluster::TopicLayout;
@@ -290,10 +290,10 @@ fn verdict(
     records: &Bytes,
     budget: &mut InspectBudget,
 ) -> Result<Verdict, KeepReason> {
-    match inspect(records, budget) {
+    match inspect_keys(records, budget)? {
         // Not owned by kroute (see `sequenced`): its numbers must stay.
-        Ok(movable) if movable.idempotent => Err(KeepReason::Idempotent),
-        Ok(movable) => {
+        Keys::Keyless(movable) if movable.idempotent => Err(KeepReason::Idempotent),
+        Keys::Keyless(movable) => {
             let (broker, partition) = targets.pick(layout, index, records.len())?;
             Ok(Verdict::Move {
                 broker,
@@ -301,7 +301,8 @@ fn verdict(
                 records: movable.records,
             })
         }
-        Err(KeepReason::Keyed) => {
+        Keys::Keyed { may_mix: false } => Err(KeepReason::Keyed),
+        Keys::Keyed { may_mix: true } => {
             let divided = divide(records, budget)?;
             match targets.pick(layout, index, divided.keyless.len()) {
                 Ok((broker, partition)) => Ok(Verdict::Divide {
@@ -316,7 +317,6 @@ fn verdict(
                 }),
             }
         }
-        Err(reason) => Err(reason),
     }
 }
 

@@ -15,7 +15,7 @@
 
 use bytes::Bytes;
 
-use crate::route::batch::{InspectBudget, KeepReason, inspect, sequenced};
+use crate::route::batch::{InspectBudget, KeepReason, Keys, inspect_keys, sequenced};
 use crate::route::divide::divide_numbered;
 use crate::route::sequence::{BatchKey, Producer, advance};
 
@@ -45,9 +45,9 @@ pub(super) fn division(
     if sequences.remembers(key) {
         return Division::Whole { movable: None };
     }
-    let divided_before = sequences.remembers_part_of(key);
+    // (Asked only of a batch that stays whole: a fresh one almost never had parts numbered.)
     let undivided = |reason| {
-        if divided_before {
+        if sequences.remembers_part_of(key) {
             Division::NotNow
         } else {
             kept(reason, records.len());
@@ -56,11 +56,12 @@ pub(super) fn division(
             }
         }
     };
-    match inspect(records, budget) {
-        Ok(_) => Division::Whole {
+    match inspect_keys(records, budget) {
+        Ok(Keys::Keyless(_)) => Division::Whole {
             movable: Some(true),
         },
-        Err(KeepReason::Keyed) => match divide_numbered(records, budget) {
+        Ok(Keys::Keyed { may_mix: false }) => undivided(KeepReason::Keyed),
+        Ok(Keys::Keyed { may_mix: true }) => match divide_numbered(records, budget) {
             Ok(divided) => parts(key, divided.keyed, divided.keyless)
                 .inspect(|p| kept(KeepReason::Keyed, p.0.1.len()))
                 .map_or_else(
