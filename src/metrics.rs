@@ -169,6 +169,24 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "Rounds of kroute's own metadata refresh in which no broker answered",
     ),
     (
+        "kroute_injected_requests_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Requests kroute queued on a SASL client's own connection for another connection of the same principal (moved batches written under the client's identity)",
+    ),
+    (
+        "kroute_client_connections_registered_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "SASL passthrough client connections registered as their principal's, to carry moved batches under its identity",
+    ),
+    (
+        "kroute_injected_requests_refused_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Injected requests not written because the connection's client was re-authenticating (answered as unanswered: retriable)",
+    ),
+    (
         "kroute_upstream_unavailable_total",
         Kind::Counter,
         Some(Unit::Count),
@@ -577,6 +595,8 @@ pub struct Metrics {
     pub connections_accepted: Counter,
     pub client_limits: ClientLimitMetrics,
     pub upstream_unavailable: Counter,
+    pub injected: Counter,
+    pub injected_refused: Counter,
     pub tls_handshake_failures: Counter,
     pub protocol_errors: ProtocolErrors,
     pub rewrite_errors: Counter,
@@ -642,6 +662,8 @@ impl Metrics {
             connections_accepted: counter!("kroute_client_connections_total"),
             client_limits: ClientLimitMetrics::new(gauge!("kroute_client_connections_active")),
             upstream_unavailable: counter!("kroute_upstream_unavailable_total"),
+            injected: counter!("kroute_injected_requests_total"),
+            injected_refused: counter!("kroute_injected_requests_refused_total"),
             tls_handshake_failures: counter!("kroute_tls_handshake_failures_total"),
             protocol_errors: ProtocolErrors {
                 negative_size: error("negative_size"),

@@ -14,6 +14,7 @@ use crate::route::Router;
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
 use crate::upstream::ask::Ask;
+use crate::upstream::principals::ClientConnections;
 
 pub struct Proxy {
     pub config: Config,
@@ -22,6 +23,9 @@ pub struct Proxy {
     pub metrics: Metrics,
     pub addresses: AddressMap,
     pub router: Router,
+    /// SASL passthrough clients' own connections, by principal and broker: where their moved
+    /// batches go out under their own identity.
+    pub client_connections: ClientConnections,
     /// Graceful shutdown: listeners and client sessions watch it.
     pub shutdown: Shutdown,
     /// Consumer lag, when `[lag]` is enabled.
@@ -60,6 +64,7 @@ impl Proxy {
             metrics,
             addresses,
             router,
+            client_connections: ClientConnections::default(),
             shutdown: Shutdown::new(),
             lag,
         }))

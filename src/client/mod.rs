@@ -1,6 +1,7 @@
 //! Client connections: frames in, ordered replies out, within limits; closed between requests
 //! at shutdown.
 
+mod authenticated;
 mod intake;
 pub mod limits;
 mod replies;

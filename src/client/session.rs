@@ -31,7 +31,9 @@ use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
 use crate::route::{Plan, Split, plan};
-use crate::security::passthrough::{ClientSasl, ObserveError, UnsupportedV0};
+use super::authenticated::ClientAuth;
+use crate::security::passthrough::{ObserveError, UnsupportedV0};
+use crate::security::principal::Principal;
 use crate::security::permit::WrittenTopics;
 use crate::security::{Identity, Permit, originate};
 use crate::upstream::{AnswerHook, Outbound, PendingReply, Upstream, UpstreamGone};
@@ -55,10 +57,22 @@ struct Upstreams<'a> {
 
 impl Upstreams<'_> {
     /// Sends one part to `node_id`, connecting first if needed. Failure to reach the broker is
-    /// not fatal for the client connection: the part's reply (if any) becomes an error.
-    async fn send_part(&mut self, node_id: i32, out: Outbound) {
+    /// not fatal for the client connection: the part's reply (if any) becomes an error. A part
+    /// of a client authenticated as `principal` goes over one of that principal's own
+    /// connections, never one of kroute's.
+    async fn send_part(&mut self, node_id: i32, out: Outbound, principal: Option<&Principal>) {
         if node_id == self.home.node_id {
             let _ = self.home.send(out).await;
+            return;
+        }
+        if let Some(principal) = principal {
+            let connections = &self.proxy.client_connections;
+            // None: its connection ended since the plan; dropping `out` fails the part.
+            if let Some(injector) = connections.any(principal, node_id)
+                && injector.send(out).await.is_ok()
+            {
+                self.proxy.metrics.injected.increment(1);
+            }
             return;
         }
         // A side connection the broker has closed (idle timeout, restart) is replaced first.
@@ -255,9 +269,8 @@ async fn read_requests(
     proxy: &Arc<Proxy>,
 ) -> Result<ReadEnd, ClientError> {
     let home = upstreams.home.node_id;
-    // Side connections carry kroute's identity, not the client's: once the client
-    // authenticates, its batches move only where it may write itself.
-    let mut sasl = ClientSasl::default();
+    // What the client's own SASL exchange allows its batches ([`ClientAuth`]).
+    let mut auth = ClientAuth::default();
     let limits = slots.limits();
     loop {
         let frame = tokio::select! {
@@ -269,7 +282,7 @@ async fn read_requests(
             },
         };
         let request_bytes = frame.len();
-        if sasl.take_raw_token() {
+        if auth.take_raw_token() {
             forward_raw_token(&upstreams.home, &slots, frame).await?;
             continue;
         }
@@ -280,23 +293,23 @@ async fn read_requests(
         let pending =
             |reply| PendingReply::new(head.api_key, head.api_version, head.correlation_id, reply);
         // Every reply slot is queued before its request leaves, so replies keep request order.
-        if matches!(
+        let sasl_request = matches!(
             head.api(),
             Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
-        ) && let Some(payload) = client_sasl(proxy, &mut sasl, &upstreams.home, &head, &frame)?
+        );
+        if !sasl_request {
+            auth.other_request();
+        } else if let Some(payload) = client_sasl(proxy, &mut auth, &upstreams.home, &head, &frame)?
         {
             slots
                 .send(answered(head.api_key, request_bytes, payload))
                 .await?;
             continue;
         }
-        let permit = sasl.permit();
-        match plan(proxy, home, permit, &head, &frame)? {
+        let permit = auth.permit().clone();
+        match plan(proxy, home, &permit, &head, &frame)? {
             Plan::ForwardNoReply => {
-                let out = Outbound {
-                    frame,
-                    pending: None,
-                };
+                let out = Outbound::new(frame, None);
                 upstreams.home.send(out).await?;
             }
             Plan::Answer(payload) => {
@@ -314,7 +327,10 @@ async fn read_requests(
                 };
                 slots.send(slot).await?;
                 let mut reply = pending(tx);
-                if let Permit::Written(written) = permit
+                if sasl_request && let Some(hook) = auth.take_answer_hook() {
+                    reply = reply.with_hook(hook);
+                }
+                if let Permit::Written(written) = &permit
                     && head.api() == Some(ApiKey::Produce)
                 {
                     reply = reply.with_hook(learn_written_topics(written, head.api_version));
@@ -324,10 +340,7 @@ async fn read_requests(
                 {
                     reply = reply.with_hook(hook);
                 }
-                let out = Outbound {
-                    frame,
-                    pending: Some(reply),
-                };
+                let out = Outbound::new(frame, Some(reply));
                 upstreams.home.send(out).await?;
             }
             Plan::Split(Split { parts, merge }) => {
@@ -359,11 +372,9 @@ async fn read_requests(
                         continue; // already on its way
                     }
                     let reply = senders.get_mut(i).and_then(Option::take);
-                    let out = Outbound {
-                        frame: part.frame,
-                        pending: reply.map(pending),
-                    };
-                    upstreams.send_part(part.node_id, out).await;
+                    let out = Outbound::new(part.frame, reply.map(pending));
+                    let principal = permit.principal().map(|p| &**p);
+                    upstreams.send_part(part.node_id, out, principal).await;
                 }
             }
         }
@@ -374,7 +385,7 @@ async fn read_requests(
 /// returned), else noted ([`ClientSasl`]) and left to be forwarded.
 fn client_sasl(
     proxy: &Proxy,
-    sasl: &mut ClientSasl,
+    auth: &mut ClientAuth,
     home: &Upstream,
     head: &RequestHead,
     frame: &Bytes,
@@ -391,9 +402,9 @@ fn client_sasl(
         return Ok(refusal);
     }
     let kroute_has_credentials = proxy.security.routes_authenticated_clients();
-    match sasl.observe(head, frame, kroute_has_credentials) {
-        Ok(true) => home.client_authenticated(),
-        Ok(false) => {}
+    let connections = &proxy.client_connections;
+    match auth.observe(home, connections, (head, frame), kroute_has_credentials) {
+        Ok(()) => {}
         Err(ObserveError::Malformed(e)) => return Err(e.into()),
         Err(ObserveError::Unsupported(e)) => return Err(e.into()),
     }
@@ -417,10 +428,7 @@ async fn forward_raw_token(
     };
     slots.send(slot).await?;
     let pending = PendingReply::new(api_key, 0, 0, tx).raw_token();
-    let out = Outbound {
-        frame,
-        pending: Some(pending),
-    };
+    let out = Outbound::new(frame, Some(pending));
     home.send(out).await?;
     Ok(())
 }

@@ -76,10 +76,13 @@ pub enum KeepReason {
     /// Keyed and keyless records that could not be split ([`super::divide`]): a part would
     /// be larger than the batch, or its codec cannot be written.
     Unsplittable,
+    /// A SASL client whose principal has no connection through kroute to the chosen broker:
+    /// its batch can only go out under its own identity ([`crate::upstream::principals`]).
+    NoClientConnection,
 }
 
 impl KeepReason {
-    pub const ALL: [KeepReason; 11] = [
+    pub const ALL: [KeepReason; 12] = [
         KeepReason::Malformed,
         KeepReason::Keyed,
         KeepReason::Idempotent,
@@ -91,6 +94,7 @@ impl KeepReason {
         KeepReason::Home,
         KeepReason::Uninspectable,
         KeepReason::Unsplittable,
+        KeepReason::NoClientConnection,
     ];
 
     pub fn label(self) -> &'static str {
@@ -106,6 +110,7 @@ impl KeepReason {
             KeepReason::Home => "no_better_broker",
             KeepReason::Uninspectable => "uninspectable",
             KeepReason::Unsplittable => "unsplittable",
+            KeepReason::NoClientConnection => "no_client_connection",
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::protocol::produce::{PartitionEntry, TopicEntry, parse_produce_body};
 use crate::protocol::versions::PRODUCE_MAX_VERSION;
 use crate::proxy::Proxy;
 use crate::security::Permit;
+use crate::security::principal::Principal;
 use merge::{ProduceMerge, Route};
 
 /// The first Produce version that carries magic v2 batches.
@@ -85,13 +86,15 @@ pub fn plan(
         return unsplit(produce.acks);
     };
     let (acks, timeout_ms, topics) = request;
-    // An authenticated client's producer is never renumbered: all of its batches would go
-    // out under kroute's identity.
-    if permit.is_any()
-        && let Some(owner) = sequenced::owner(proxy, acks, &topics)
+    // A producer authenticated under a principal kroute does not know is never renumbered:
+    // all of its batches would go out under kroute's identity.
+    let principal = permit.principal();
+    if permit.may_renumber()
+        && let Some(owner) = sequenced::owner(proxy, acks, &topics, principal)
     {
         let header = frame.slice(..produce.body_offset);
-        return sequenced::plan(proxy, home, head, header, (acks, timeout_ms), topics, owner);
+        let request = (acks, timeout_ms);
+        return sequenced::plan(proxy, (home, principal), head, header, request, topics, owner);
     }
 
     let now = Instant::now();
@@ -110,13 +113,15 @@ pub fn plan(
         } else {
             None
         };
+        let unreachable = unreachable(proxy, principal, layout.as_deref());
         let mut targets = Targets {
             proxy,
             name: name_str,
             now,
             used: topic.partitions.iter().map(|p| p.index).collect(),
             broker: None,
-            exhausted: Vec::new(),
+            no_client_connection: !unreachable.is_empty(),
+            exhausted: unreachable,
         };
         for entry in &topic.partitions {
             let verdict = match (&layout, &entry.records) {
@@ -330,8 +335,11 @@ struct Targets<'a> {
     used: HashSet<i32>,
     /// The broker this request's movable records of the topic go to.
     broker: Option<i32>,
-    /// Brokers that have no partition left free in this request.
+    /// Brokers that have no partition left free in this request, or to which the client's
+    /// principal has no connection.
     exhausted: Vec<i32>,
+    /// Some brokers are left out because the client's principal has no connection there.
+    no_client_connection: bool,
 }
 
 impl Targets<'_> {
@@ -357,7 +365,11 @@ impl Targets<'_> {
                             &router.scores,
                             self.now,
                         )
-                        .ok_or(KeepReason::NoPartition)?;
+                        .ok_or(if self.no_client_connection {
+                            KeepReason::NoClientConnection
+                        } else {
+                            KeepReason::NoPartition
+                        })?;
                     *self.broker.insert(b)
                 }
             };
@@ -381,6 +393,26 @@ impl Targets<'_> {
             return Ok((broker, partition));
         }
     }
+}
+
+/// The leaders of a topic to which a client authenticated as `principal` has no connection
+/// through kroute: its batches cannot go out there under its own identity
+/// ([`crate::upstream::principals`]). Empty for other clients.
+pub(super) fn unreachable(
+    proxy: &Proxy,
+    principal: Option<&Arc<Principal>>,
+    layout: Option<&TopicLayout>,
+) -> Vec<i32> {
+    let (Some(principal), Some(layout)) = (principal, layout) else {
+        return Vec::new();
+    };
+    let connections = &proxy.client_connections;
+    layout
+        .leaders()
+        .iter()
+        .copied()
+        .filter(|node| !connections.reaches(principal, *node))
+        .collect()
 }
 
 /// Topic entries with their names as Kafka topic names; None if a name is not UTF-8 or a

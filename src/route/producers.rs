@@ -18,6 +18,10 @@
 //! batch is numbered and queued in one step under the producer's lock, always on the same
 //! connection for its partition: a partition's batches then reach the broker in the order of
 //! their numbers, as a client's own batches for one partition do over its one connection.
+//! A producer whose client authenticated itself (SASL passthrough) as a principal kroute knows
+//! uses its principal's own client connections instead ([`crate::upstream::principals`]): one
+//! is chosen per broker and shard and kept while it lives, so every batch reaches the broker
+//! as the client. Its batches never go to a broker where its principal has none.
 //!
 //! Memory is bounded: at most `routing.max_producers` are tracked (more are simply not
 //! owned), and a producer idle for `routing.producer_expiry_ms` is forgotten, connections
@@ -32,7 +36,9 @@ use metrics::{Counter, Gauge, counter, gauge};
 use super::produce::Waiting;
 use super::sequence::Producer;
 use crate::proxy::Proxy;
-use crate::upstream::Upstream;
+use crate::security::principal::Principal;
+use crate::upstream::principals::Injector;
+use crate::upstream::{Outbound, Upstream};
 
 /// Requests one producer connection may queue before sends on it fail (retriably).
 const LINK_QUEUE: usize = 1024;
@@ -74,26 +80,73 @@ pub enum Origin {
     Adopted { passes_from: i16 },
 }
 
+/// A connection an owned producer's batches go out on.
+pub enum ProducerLink {
+    /// kroute's own, for a producer whose client did not authenticate itself.
+    Kroute(Upstream),
+    /// One of the connections of the client's principal.
+    Client(Injector),
+}
+
+impl ProducerLink {
+    fn is_open(&self) -> bool {
+        match self {
+            ProducerLink::Kroute(u) => u.is_open(),
+            ProducerLink::Client(i) => i.is_open(),
+        }
+    }
+
+    /// Queues a request without waiting; gives it back if it cannot go out now.
+    pub fn try_send(&self, out: Outbound) -> Result<(), Box<Outbound>> {
+        match self {
+            ProducerLink::Kroute(u) => u.try_send(out),
+            ProducerLink::Client(i) => i.try_send(out),
+        }
+    }
+}
+
 /// What kroute keeps for one owned producer.
 pub struct ProducerState {
     pub sequences: Producer,
     pub origin: Origin,
     /// Batches waiting for a partition to number them.
     pub waiting: Waiting,
-    links: HashMap<LinkKey, Upstream>,
+    /// Who its client authenticated as, if it did.
+    principal: Option<Arc<Principal>>,
+    links: HashMap<LinkKey, ProducerLink>,
     last_used: Instant,
 }
 
 impl ProducerState {
-    /// The producer's connection `key` to its broker at `addr`, opened (in the background) if
-    /// there is none or the last one ended.
-    pub fn link(&mut self, proxy: &Arc<Proxy>, key: LinkKey, addr: &str) -> &Upstream {
-        if self.links.get(&key).is_some_and(|u| !u.is_open()) {
+    /// The producer's connection `key` to its broker at `addr`: kroute's own, opened (in the
+    /// background) if there is none or the last one ended; or one of its principal's, if it
+    /// has any there.
+    pub fn link(&mut self, proxy: &Arc<Proxy>, key: LinkKey, addr: &str) -> Option<&ProducerLink> {
+        if self.links.get(&key).is_some_and(|l| !l.is_open()) {
             self.links.remove(&key);
         }
-        self.links
-            .entry(key)
-            .or_insert_with(|| Upstream::open(proxy, key.node_id, addr.to_string(), LINK_QUEUE))
+        if !self.links.contains_key(&key) {
+            let link = match &self.principal {
+                None => ProducerLink::Kroute(Upstream::open(
+                    proxy,
+                    key.node_id,
+                    addr.to_string(),
+                    LINK_QUEUE,
+                )),
+                Some(principal) => {
+                    let connections = &proxy.client_connections;
+                    let shard = key.shard as usize;
+                    ProducerLink::Client(connections.pick(principal, key.node_id, shard)?)
+                }
+            };
+            self.links.insert(key, link);
+        }
+        self.links.get(&key)
+    }
+
+    /// Who the producer's client authenticated as, if it did.
+    pub fn principal(&self) -> Option<&Arc<Principal>> {
+        self.principal.as_ref()
     }
 
     pub fn touch(&mut self, now: Instant) {
@@ -147,20 +200,32 @@ impl Producers {
         self.owned.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
-    pub fn own(&self, producer_id: i64, now: Instant) {
-        self.insert(producer_id, Origin::Numbered { epoch_shift: 0 }, now);
+    /// A producer id was handed out (to a client authenticated as `principal`, if any): kroute
+    /// owns its numbering from now on, if there is room.
+    pub fn own(&self, producer_id: i64, principal: Option<Arc<Principal>>, now: Instant) {
+        let origin = Origin::Numbered { epoch_shift: 0 };
+        self.insert(producer_id, (origin, principal), now);
     }
 
     /// An idempotent producer kroute did not see start: tracked from now on, its origin
     /// resolved when kroute knows what the brokers hold for it ([`super::recovery`]). None if
     /// there is no room.
-    pub fn unresolved(&self, producer_id: i64, now: Instant) -> Option<Arc<OwnedProducer>> {
-        self.insert(producer_id, Origin::Unresolved, now);
+    pub fn unresolved(
+        &self,
+        producer_id: i64,
+        principal: Option<Arc<Principal>>,
+        now: Instant,
+    ) -> Option<Arc<OwnedProducer>> {
+        self.insert(producer_id, (Origin::Unresolved, principal), now);
         self.get(producer_id)
     }
 
-    fn insert(&self, producer_id: i64, origin: Origin, now: Instant) {
+    fn insert(
+        &self,
+        producer_id: i64,
+        (origin, principal): (Origin, Option<Arc<Principal>>),
+        now: Instant,
+    ) {
         let mut map = self.map();
         if map.contains_key(&producer_id) {
             return;
@@ -176,6 +241,7 @@ impl Producers {
             sequences: Producer::default(),
             origin,
             waiting: Waiting::default(),
+            principal,
             links: HashMap::new(),
             last_used: now,
         };
@@ -236,15 +302,15 @@ mod tests {
     fn the_cap_refuses_new_producers_until_old_ones_expire() {
         let producers = Producers::new(Duration::from_secs(10), 2);
         let t0 = Instant::now();
-        producers.own(1, t0);
-        producers.own(2, t0);
-        producers.own(3, t0 + Duration::from_secs(1));
+        producers.own(1, None, t0);
+        producers.own(2, None, t0);
+        producers.own(3, None, t0 + Duration::from_secs(1));
         assert!(producers.get(3).is_none(), "over the cap: not owned");
         assert_eq!(producers.tracked(), 2);
         if let Some(p) = producers.get(2) {
             p.lock().touch(t0 + Duration::from_secs(5));
         }
-        producers.own(3, t0 + Duration::from_secs(11));
+        producers.own(3, None, t0 + Duration::from_secs(11));
         assert!(
             producers.get(1).is_none(),
             "idle past the expiry: forgotten"

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod originate;
 pub mod passthrough;
 pub mod permit;
+pub mod principal;
 pub mod reload;
 pub mod sasl;
 pub mod secret;

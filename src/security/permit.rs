@@ -1,8 +1,14 @@
 //! Which topics a client connection's batches may move to.
 //!
-//! A moved batch is written over one of kroute's own connections. In SASL passthrough those
-//! carry kroute's identity, not the client's, so moving a client's batch could let it write
-//! where its own principal may not. The rule: a batch moves only to a topic this client's own
+//! In SASL passthrough, a client whose principal kroute knows ([`super::principal`]) has its
+//! moved batches written over its principal's own connections through kroute
+//! ([`crate::upstream::principals`]): the broker authorizes every batch as the client, so every
+//! topic may move ([`Permit::Own`]), and its idempotent producers are renumbered too.
+//!
+//! Otherwise (a mechanism whose identity kroute cannot read, or SaslHandshake v0) a moved batch
+//! is written over one of kroute's own connections, which carry kroute's identity, not the
+//! client's, so moving a client's batch could let it write where its own principal may not.
+//! The rule then: a batch moves only to a topic this client's own
 //! authenticated connection has already written to successfully; a topic the broker refuses
 //! the client (TOPIC_AUTHORIZATION_FAILED) stops being movable. Both are learnt from the answers
 //! to the Produce requests kroute forwards whole (the session hooks those); the home part of a
@@ -18,6 +24,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
 use kafka_protocol::protocol::Decodable;
 
+use super::principal::Principal;
 use crate::protocol::header::split_response;
 
 /// TOPIC_AUTHORIZATION_FAILED.
@@ -32,6 +39,9 @@ pub enum Permit {
     Nothing,
     /// The client authenticated: only topics it has written to itself.
     Written(Arc<WrittenTopics>),
+    /// The client authenticated as this principal: its moved batches go out over its
+    /// principal's own connections, wherever it has one.
+    Own(Arc<Principal>),
 }
 
 impl Permit {
@@ -48,16 +58,25 @@ impl Permit {
     /// Whether batches of `topic` may move to another broker.
     pub fn allows(&self, topic: &str) -> bool {
         match self {
-            Permit::Any => true,
+            Permit::Any | Permit::Own(_) => true,
             Permit::Nothing => false,
             Permit::Written(w) => w.contains(topic),
         }
     }
 
-    /// False once the client authenticated: kroute then never takes over an idempotent
-    /// producer's numbering, since every batch of it would go out under kroute's identity.
-    pub fn is_any(&self) -> bool {
-        matches!(self, Permit::Any)
+    /// Whether kroute may take over an idempotent producer's numbering: not for a client
+    /// authenticated under a principal kroute does not know, since every batch of it would go
+    /// out under kroute's identity.
+    pub fn may_renumber(&self) -> bool {
+        matches!(self, Permit::Any | Permit::Own(_))
+    }
+
+    /// The principal whose connections carry this client's moved batches.
+    pub fn principal(&self) -> Option<&Arc<Principal>> {
+        match self {
+            Permit::Own(p) => Some(p),
+            _ => None,
+        }
     }
 }
 

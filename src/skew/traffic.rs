@@ -56,7 +56,10 @@ impl Class {
         match reason {
             KeepReason::Keyed => Class::Keyed,
             KeepReason::Policy => Class::NotRouted,
-            KeepReason::Home | KeepReason::NoPartition | KeepReason::UnknownTopic => Class::Kept,
+            KeepReason::Home
+            | KeepReason::NoPartition
+            | KeepReason::UnknownTopic
+            | KeepReason::NoClientConnection => Class::Kept,
             KeepReason::Malformed
             | KeepReason::Idempotent
             | KeepReason::Transactional

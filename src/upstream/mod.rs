@@ -21,11 +21,13 @@
 
 pub mod ask;
 pub mod deadline;
+pub mod principals;
 mod reauth;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -45,6 +47,7 @@ use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
 use crate::security::stream::{ReadHalf, WriteHalf};
+use crate::security::principal::Principal;
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
 use deadline::Limit;
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
@@ -132,6 +135,20 @@ impl Drop for PendingReply {
 pub struct Outbound {
     pub frame: Bytes,
     pub pending: Option<PendingReply>,
+    /// Queued by kroute on a client's connection for another connection of the same principal
+    /// ([`principals`]): never written while the client re-authenticates.
+    pub injected: bool,
+}
+
+impl Outbound {
+    /// A request of the connection's own.
+    pub fn new(frame: Bytes, pending: Option<PendingReply>) -> Self {
+        Outbound {
+            frame,
+            pending,
+            injected: false,
+        }
+    }
 }
 
 /// Handle to a live upstream connection. Dropping it closes the connection.
@@ -169,6 +186,15 @@ impl Upstream {
             .store(true, Ordering::Relaxed);
     }
 
+    /// The client is about to send a SaslHandshake (KIP-368 re-authentication included): from
+    /// now until [`SaslGate::open`], requests injected by kroute are not written, since a
+    /// broker takes nothing else between the handshake and the last SaslAuthenticate. Called
+    /// before the handshake is queued, so none can slip in behind it.
+    pub fn client_sasl_started(&self) -> SaslGate {
+        self.link.client_sasl_busy.store(true, Ordering::Relaxed);
+        SaslGate(self.link.clone())
+    }
+
     /// Opens a connection in the background: requests may be queued at once (up to `queue`);
     /// if the connection cannot be made, their replies fail as if the broker had gone away.
     pub fn open(proxy: &Arc<Proxy>, node_id: i32, addr: String, queue: usize) -> Upstream {
@@ -204,6 +230,15 @@ impl Upstream {
     /// request comes back (dropping it fails its reply).
     pub fn try_send(&self, out: Outbound) -> Result<(), Box<Outbound>> {
         self.tx.try_send(out).map_err(|e| Box::new(e.into_inner()))
+    }
+}
+
+/// Reopens a connection to injected requests once its client's SASL exchange is over.
+pub struct SaslGate(Arc<Link>);
+
+impl SaslGate {
+    pub fn open(&self) {
+        self.0.client_sasl_busy.store(false, Ordering::Relaxed);
     }
 }
 
@@ -308,6 +343,11 @@ struct Link {
     reader_done: AtomicBool,
     /// Set when the client authenticated itself over this connection (SASL passthrough).
     client_authenticated: AtomicBool,
+    /// Set while the client runs a SASL exchange: injected requests are dropped meanwhile.
+    client_sasl_busy: AtomicBool,
+    /// Who the client authenticated as, once kroute knows ([`principals`]).
+    principal: OnceLock<Arc<Principal>>,
+    injected_refused: metrics::Counter,
     /// `upstream.request_timeout_ms`; None: off.
     request_timeout: Option<Duration>,
 }
@@ -321,6 +361,9 @@ impl Link {
             client_left: AtomicBool::new(false),
             reader_done: AtomicBool::new(false),
             client_authenticated: AtomicBool::new(false),
+            client_sasl_busy: AtomicBool::new(false),
+            principal: OnceLock::new(),
+            injected_refused: proxy.metrics.injected_refused.clone(),
             request_timeout: proxy.config.request_timeout(),
         })
     }
@@ -349,9 +392,19 @@ async fn write_requests(
             _ = &mut hangup => return,
             next = rx.recv() => next,
         };
-        let Some(Outbound { frame, pending }) = next else {
+        let Some(Outbound {
+            frame,
+            pending,
+            injected,
+        }) = next
+        else {
             break;
         };
+        if injected && link.client_sasl_busy.load(Ordering::Relaxed) {
+            // The client re-authenticates: dropping the request fails its reply (retriable).
+            link.injected_refused.increment(1);
+            continue;
+        }
         if let Some(due) = reauth.as_ref().filter(|r| Instant::now() >= r.at) {
             // Between requests, before the broker's session runs out (KIP-368). Dropping the
             // request in hand on failure fails its reply: its client sees the broker go away.
@@ -701,9 +754,13 @@ fn answer(
 /// A producer id handed out through kroute: kroute may own its numbering (see
 /// [`crate::route::producers`]).
 fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) {
-    if !proxy.config.routing.routes_idempotent()
-        || link.client_authenticated.load(Ordering::Relaxed)
-    {
+    if !proxy.config.routing.routes_idempotent() {
+        return;
+    }
+    // An authenticated client's producer is owned only where kroute knows its principal: its
+    // batches then go out on that principal's own connections.
+    let principal = link.principal.get().cloned();
+    if principal.is_none() && link.client_authenticated.load(Ordering::Relaxed) {
         return;
     }
     let header_version = ApiKey::InitProducerId.response_header_version(version);
@@ -714,7 +771,10 @@ fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) 
         && r.error_code == 0
         && r.producer_id.0 >= 0
     {
-        proxy.router.producers.own(r.producer_id.0, Instant::now());
+        proxy
+            .router
+            .producers
+            .own(r.producer_id.0, principal, Instant::now());
     }
 }
 

@@ -66,12 +66,26 @@ pub(super) enum Placement {
 pub(super) struct TopicChoice {
     broker: Option<i32>,
     exhausted: Vec<i32>,
+    /// Brokers never chosen: the client's principal has no connection there
+    /// ([`super::unreachable`]).
+    unreachable: Vec<i32>,
     /// Set once every broker was passed over at the spill depth: lanes are then filled up to
     /// what their numbering takes.
     deep: bool,
     /// The joinable batches of this request numbered fresh on a lane: once the chosen
     /// broker has no partition left for this request, later batches join these.
     pub heads: Vec<Head>,
+}
+
+impl TopicChoice {
+    /// A choice that never picks the brokers in `unreachable`.
+    pub fn excluding(unreachable: Vec<i32>) -> Self {
+        TopicChoice {
+            exhausted: unreachable.clone(),
+            unreachable,
+            ..TopicChoice::default()
+        }
+    }
 }
 
 /// A batch of this request that others may join.
@@ -456,7 +470,7 @@ impl Place<'_, '_> {
                 Some(b) => return Some(*choice.broker.insert(b)),
                 None if deep && !choice.deep => {
                     choice.deep = true;
-                    choice.exhausted.clear();
+                    choice.exhausted.clone_from(&choice.unreachable);
                 }
                 None => return None,
             }

@@ -17,7 +17,7 @@ use super::answers::{Numbered, recorder};
 use super::replies::{JoinedWaiter, Shape, answer_joined};
 use super::{add_entry, encode_part};
 use crate::proxy::Proxy;
-use crate::route::producers::{LinkKey, OwnedProducer, ProducerState};
+use crate::route::producers::{LinkKey, OwnedProducer, ProducerLink, ProducerState};
 use crate::route::sequence::BatchKey;
 use crate::upstream::{Outbound, PendingReply, Reply};
 
@@ -97,12 +97,22 @@ impl Links<'_> {
             .filter(|_| !frame.is_empty())
         {
             Some(addr) => {
-                let out = Outbound {
-                    frame: frame.clone(),
-                    pending: Some(pending),
+                let out = Outbound::new(frame.clone(), Some(pending));
+                // No connection (of the client's principal) there now: the part fails
+                // retriably, as on a full or closed connection.
+                let sent = match state.link(self.proxy, link, &addr) {
+                    Some(link) => {
+                        let injected = matches!(link, ProducerLink::Client(_));
+                        let sent = link.try_send(out).map_err(|out| out.pending);
+                        if injected && sent.is_ok() {
+                            self.proxy.metrics.injected.increment(1);
+                        }
+                        sent
+                    }
+                    None => Err(out.pending),
                 };
-                if let Err(out) = state.link(self.proxy, link, &addr).try_send(out) {
-                    self.unsent.extend(out.pending);
+                if let Err(pending) = sent {
+                    self.unsent.extend(pending);
                 }
             }
             None => self.unsent.push(pending),

@@ -31,7 +31,7 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::produce_request::TopicProduceData;
 use tokio::sync::oneshot;
 
-use super::add_entry;
+use super::{add_entry, unreachable};
 use super::answers::Numbered;
 use super::division::{Division, division};
 use super::merge::{ProduceMerge, Route, Withhold};
@@ -49,7 +49,12 @@ use crate::route::batch::{InspectBudget, KeepReason, sequenced};
 use crate::route::producers::{LinkKey, Origin, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
 use crate::route::{Merge, Part, Plan, Split};
+use crate::security::principal::Principal;
 use crate::upstream::{PendingReply, Reply};
+
+/// Answered to a batch of a producer that another principal started (a fatal error for the
+/// client, as the broker's own authorization failures are).
+const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 
 /// The producer whose batches fill this request, with the epoch of its first batch: the
 /// producer of the first idempotent batch in a routed topic, owned, or tracked from now on if
@@ -59,6 +64,7 @@ pub(super) fn owner(
     proxy: &Proxy,
     acks: i16,
     topics: &[(TopicName, TopicEntry)],
+    principal: Option<&Arc<Principal>>,
 ) -> Option<(i64, i16, Arc<OwnedProducer>)> {
     let routing = &proxy.config.routing;
     if acks == 0 || !routing.routes_idempotent() {
@@ -73,7 +79,7 @@ pub(super) fn owner(
     let now = Instant::now();
     let owned = producers
         .get(first.producer_id)
-        .or_else(|| producers.unresolved(first.producer_id, now))?;
+        .or_else(|| producers.unresolved(first.producer_id, principal.cloned(), now))?;
     Some((first.producer_id, first.epoch, owned))
 }
 
@@ -91,10 +97,12 @@ fn resolve(proxy: &Proxy, state: &mut ProducerState, epoch: i16, producer_id: i6
     }
 }
 
-/// Plans the request of owned producer `producer_id`; `header` is the request header bytes.
+/// Plans the request of owned producer `producer_id`, which came in on the connection to
+/// broker `home` of a client authenticated as `principal` (if any); `header` is the request
+/// header bytes.
 pub(super) fn plan(
     proxy: &Arc<Proxy>,
-    home: i32,
+    (home, principal): (i32, Option<&Arc<Principal>>),
     head: &RequestHead,
     header: Bytes,
     (acks, timeout_ms): (i16, i32),
@@ -113,6 +121,7 @@ pub(super) fn plan(
     state.touch(now);
     resolve(proxy, &mut state, first_epoch, producer_id, now);
     let mut planner = Planner::new(proxy, home, producer_id, shape, now);
+    planner.principal = principal;
     let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Vec<BatchKey>>>) = topics
         .iter()
         .map(|(name, topic)| planner.topic(&mut state, name, topic))
@@ -140,6 +149,8 @@ struct Planner<'a> {
     proxy: &'a Arc<Proxy>,
     /// The broker of the client connection the request came in on.
     home: i32,
+    /// Who the client authenticated as, if kroute knows.
+    principal: Option<&'a Arc<Principal>>,
     producer_id: i64,
     shape: Shape,
     now: Instant,
@@ -184,6 +195,7 @@ impl<'a> Planner<'a> {
         Planner {
             proxy,
             home,
+            principal: None,
             producer_id,
             shape,
             now,
@@ -205,14 +217,16 @@ impl<'a> Planner<'a> {
         topic: &TopicEntry,
     ) -> (Vec<Route>, Vec<Vec<BatchKey>>) {
         let routed = self.proxy.config.routing.routes_topic(name.as_str());
+        let layout = routed
+            .then(|| self.proxy.cluster.topic(name.as_str()))
+            .flatten();
+        let unreachable = unreachable(self.proxy, state.principal(), layout.as_deref());
         let mut t = TopicPlan {
             name,
             routed,
-            layout: routed
-                .then(|| self.proxy.cluster.topic(name.as_str()))
-                .flatten(),
+            layout,
             used: topic.partitions.iter().map(|p| p.index).collect(),
-            choice: TopicChoice::default(),
+            choice: TopicChoice::excluding(unreachable),
             joins: Vec::new(),
             routes: Vec::with_capacity(topic.partitions.len()),
             batches: Vec::with_capacity(topic.partitions.len()),
@@ -317,6 +331,11 @@ impl<'a> Planner<'a> {
         let bytes = records.map_or(0, |r| r.len());
         let kept = |reason| self.proxy.metrics.routing.keep(reason, self.home, bytes);
         match (records, numbering, state.origin) {
+            // A producer started under another principal (or none): its batches would go out
+            // on that principal's connections. Refused, never numbered across identities.
+            (Some(_), Some(_), _) if state.principal() != self.principal => {
+                Inspected::Local(CLUSTER_AUTHORIZATION_FAILED)
+            }
             // Not known yet what the brokers hold for it: the client retries.
             (Some(_), Some(_), Origin::Unresolved) => Inspected::Local(code::REQUEST_TIMED_OUT),
             // An adopted producer: its old epoch is refused, newer ones pass untouched.

@@ -160,6 +160,11 @@ fn place(
 ) -> Placement {
     let name = w.topic.as_str();
     let layout = proxy.cluster.topic(name);
+    let mut choice = TopicChoice::excluding(super::unreachable(
+        proxy,
+        state.principal(),
+        layout.as_deref(),
+    ));
     let mut used = HashSet::new();
     let mut place = Place {
         proxy,
@@ -175,7 +180,7 @@ fn place(
     let placement = place.entry(
         w.key.clone(),
         &w.records,
-        &mut TopicChoice::default(),
+        &mut choice,
         (Some(w.movable), &mut budget),
         earlier_waits,
     );

@@ -1,0 +1,200 @@
+//! The client connections of each authenticated principal, by broker: where a moved batch of
+//! a SASL passthrough client can go out under its own identity.
+//!
+//! kroute cannot open a connection as a client (it never holds a reusable secret: SCRAM is a
+//! challenge-response, and keeping a PLAIN password to replay is not kroute's business). The
+//! connections authenticated as a principal are the ones its clients opened through kroute,
+//! one per broker each client talks to. Each such connection registers here once its client's
+//! SASL exchange succeeded ([`Registration`], dropped with the client session), and a batch a
+//! client of that principal moves to another broker is queued on one of them as an *injected*
+//! request ([`Injector`]): the broker authorizes it as the principal, and the connection's
+//! reader hands the answer back to whoever queued it, never to that connection's client.
+//!
+//! Entries hold weak senders: a registered connection still closes when its client leaves.
+//! An injected request never goes out while the connection's client re-authenticates
+//! (KIP-368): the connection's writer drops it ([`super::Upstream::client_sasl_started`]), and
+//! its reply fails like an unanswered request, which every caller treats as retriable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use dashmap::DashMap;
+use metrics::{Counter, counter};
+use tokio::sync::mpsc;
+
+use super::{Link, Outbound, Upstream, UpstreamGone};
+use crate::security::principal::Principal;
+
+/// A way to queue requests on a client's connection without keeping it open.
+#[derive(Clone)]
+pub struct Injector {
+    id: u64,
+    tx: mpsc::WeakSender<Outbound>,
+    link: Arc<Link>,
+}
+
+impl Injector {
+    /// Whether the connection is still open (its client still connected, its broker too).
+    pub fn is_open(&self) -> bool {
+        !self.link.reader_done.load(Ordering::Relaxed) && self.tx.strong_count() > 0
+    }
+
+    /// Whether a request queued now would go out: the connection is open and its client is
+    /// not re-authenticating.
+    pub fn is_ready(&self) -> bool {
+        self.is_open() && !self.link.client_sasl_busy.load(Ordering::Relaxed)
+    }
+
+    /// Queues `out` as an injected request without waiting; gives it back if the connection
+    /// is gone, its client re-authenticates, or its queue is full (dropping it fails its
+    /// reply).
+    pub fn try_send(&self, mut out: Outbound) -> Result<(), Box<Outbound>> {
+        if self.link.client_sasl_busy.load(Ordering::Relaxed) {
+            return Err(Box::new(out));
+        }
+        out.injected = true;
+        match self.tx.upgrade() {
+            Some(tx) => tx.try_send(out).map_err(|e| Box::new(e.into_inner())),
+            None => Err(Box::new(out)),
+        }
+    }
+
+    /// Queues `out` as an injected request, waiting for room in the connection's queue.
+    pub async fn send(&self, mut out: Outbound) -> Result<(), UpstreamGone> {
+        out.injected = true;
+        let tx = self.tx.upgrade().ok_or(UpstreamGone)?;
+        tx.send(out).await.map_err(|_| UpstreamGone)
+    }
+}
+
+type ByBroker = HashMap<i32, Vec<Injector>>;
+
+/// The registry: principal -> broker -> its clients' connections there.
+#[derive(Default)]
+pub struct ClientConnections {
+    inner: Arc<Registry>,
+    cursor: AtomicUsize,
+}
+
+struct Registry {
+    map: DashMap<Arc<Principal>, ByBroker>,
+    next_id: AtomicU64,
+    registered: Counter,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            map: DashMap::new(),
+            next_id: AtomicU64::new(0),
+            registered: counter!("kroute_client_connections_registered_total"),
+        }
+    }
+}
+
+impl ClientConnections {
+    /// What registers `upstream`, a client's own connection, once the broker has accepted its
+    /// client as some principal (known only then, on the connection's reader).
+    pub fn registrar(&self, upstream: &Upstream) -> Registrar {
+        Registrar {
+            registry: self.inner.clone(),
+            injector: Injector {
+                id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
+                tx: upstream.tx.downgrade(),
+                link: upstream.link.clone(),
+            },
+            node_id: upstream.node_id,
+        }
+    }
+
+    /// Whether `principal` has a ready connection to broker `node_id`.
+    pub fn reaches(&self, principal: &Principal, node_id: i32) -> bool {
+        self.inner.map.get(principal).is_some_and(|by_broker| {
+            by_broker
+                .get(&node_id)
+                .is_some_and(|v| v.iter().any(Injector::is_ready))
+        })
+    }
+
+    /// One of `principal`'s ready connections to broker `node_id`: the `shard`-th (modulo how
+    /// many there are), so that a caller asking with the same shard keeps getting the same one
+    /// while the set does not change.
+    pub fn pick(&self, principal: &Principal, node_id: i32, shard: usize) -> Option<Injector> {
+        let by_broker = self.inner.map.get(principal)?;
+        let ready: Vec<&Injector> = by_broker
+            .get(&node_id)?
+            .iter()
+            .filter(|i| i.is_ready())
+            .collect();
+        (!ready.is_empty()).then(|| ready[shard % ready.len()].clone())
+    }
+
+    /// Like [`Self::pick`], spreading callers over the connections in turn.
+    pub fn any(&self, principal: &Principal, node_id: i32) -> Option<Injector> {
+        let shard = self.cursor.fetch_add(1, Ordering::Relaxed);
+        self.pick(principal, node_id, shard)
+    }
+}
+
+/// Registers one client connection ([`ClientConnections::registrar`]).
+pub struct Registrar {
+    registry: Arc<Registry>,
+    injector: Injector,
+    node_id: i32,
+}
+
+impl Registrar {
+    /// Registers the connection as authenticated by `principal` until the returned
+    /// registration is dropped. The connection also learns its principal, for the producers
+    /// its client starts ([`super::observe_producer_id`]).
+    pub fn register(&self, principal: Arc<Principal>) -> Registration {
+        let _ = self.injector.link.principal.set(principal.clone());
+        self.registry
+            .map
+            .entry(principal.clone())
+            .or_default()
+            .entry(self.node_id)
+            .or_default()
+            .push(self.injector.clone());
+        self.registry.registered.increment(1);
+        Registration {
+            registry: self.registry.clone(),
+            principal,
+            node_id: self.node_id,
+            id: self.injector.id,
+        }
+    }
+}
+
+/// A connection's entry in [`ClientConnections`]; dropping it removes the entry.
+pub struct Registration {
+    registry: Arc<Registry>,
+    principal: Arc<Principal>,
+    node_id: i32,
+    id: u64,
+}
+
+impl Registration {
+    pub fn principal(&self) -> &Arc<Principal> {
+        &self.principal
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let map = &self.registry.map;
+        let emptied = map.get_mut(&self.principal).is_some_and(|mut by_broker| {
+            if let Some(v) = by_broker.get_mut(&self.node_id) {
+                v.retain(|i| i.id != self.id);
+                if v.is_empty() {
+                    by_broker.remove(&self.node_id);
+                }
+            }
+            by_broker.is_empty()
+        });
+        if emptied {
+            map.remove_if(&self.principal, |_, by_broker| by_broker.is_empty());
+        }
+    }
+}
