@@ -259,86 +259,107 @@ fn passthrough_librdkafka_authenticates_itself_and_routes_with_kroutes_identity(
     kroute.assert_clean_logs(&[]);
 }
 
+/// `cluster.sh tool` AclCommand on the cluster's PLAINTEXT listener (a super user there):
+/// `change` is --add or --remove, for `principal` on literal topic `topic`.
+fn acl(change: &str, principal: &str, operations: &[&str], topic: &str) {
+    let bootstrap = cluster_bootstrap();
+    let mut args = vec![
+        "tool",
+        "org.apache.kafka.tools.AclCommand",
+        "--bootstrap-server",
+        &bootstrap,
+        change,
+        "--force",
+        "--allow-principal",
+        principal,
+        "--topic",
+        topic,
+    ];
+    for op in operations {
+        args.extend(["--operation", op]);
+    }
+    cluster(&args);
+}
+
+/// Whether bob, straight to the brokers (SASL PLAIN), may write partition `p` of `topic`: one
+/// record with id prefix `probe-`, not retried.
+fn bob_writes_directly(topic: &str, p: i32) -> bool {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", Secured::get().value("sasl_plaintext"))
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "PLAIN")
+        .set("sasl.username", "bob")
+        .set("sasl.password", "bob-secret")
+        .set("message.timeout.ms", "10000")
+        .set("retries", "0")
+        .create()
+        .expect("rdkafka producer");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let record = FutureRecord::<(), _>::to(topic)
+            .payload("probe-")
+            .partition(p);
+        producer.send(record, Duration::from_secs(10)).await.is_ok()
+    })
+}
+
 #[test]
-fn a_principal_without_write_cannot_get_records_in_through_routing() {
-    // kroute's own identity (a super user) serves its side connections; bob may not write
-    // `acl-*` topics, alice may.
+fn acls_hold_for_moved_batches_a_denied_principal_gets_nothing_in_and_a_revoked_write_stops_the_next_batch()
+ {
+    // bob's default (idempotent) producer authenticates itself through kroute, which moves its
+    // batches over bob's own connections: the brokers authorize every batch as bob.
     let password = PasswordFile::new("kroute-secret");
     let toml = upstream_sasl("passthrough", "SCRAM-SHA-512", "kroute", &password)
         + "[routing]\nstrategy = \"strict-cost\"\ninclude = [\"acl-*\"]\nexclude = []\n";
     let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
-    let non_idempotent = [
-        "--client-config",
-        "enable.idempotence=false",
-        "--client-config",
-        "acks=1",
-        "--client-config",
-        "linger.ms=5",
-        "--client-config",
-        "retries=0",
-    ];
+    let bob = java_sasl("SCRAM-SHA-256", "bob", "bob-secret");
+    let produce = |topic: &str, count: &str, prefix: &str| {
+        let args = ["--count", count, "--per-second", "200", "--id-prefix", prefix];
+        let timeout = ["--timeout-ms", "20000"];
+        java_produce(&kroute.bootstrap, topic, &[&args[..], &timeout].concat(), &bob)
+    };
+    let refused = |run: &JavaRun, what: &str| {
+        assert_eq!(run.acks().len(), 0, "{what}: bob got records in");
+        assert!(
+            run.lines.iter().any(|l| l.contains("TopicAuthorization")),
+            "{what}: expected the broker's authorization error:\n{}",
+            run.lines.iter().rev().take(5).cloned().collect::<Vec<_>>().join("\n")
+        );
+    };
+    let injected = || kroute.metric("kroute_injected_requests_total", &[]);
 
+    // 1. bob may see the topic (Describe) but not write it: nothing gets in, though its
+    //    batches were moved.
     let denied = unique("acl-bob");
     create_topic(&denied, 6, &[]);
-    let bob = java_sasl("SCRAM-SHA-256", "bob", "bob-secret");
-    let run = java_produce(
-        &kroute.bootstrap,
-        &denied,
-        &[
-            &[
-                // The Java client spends about a second per record refused for authorization.
-                "--count",
-                "10",
-                "--timeout-ms",
-                "20000",
-            ][..],
-            &non_idempotent[..],
-        ]
-        .concat(),
-        &bob,
-    );
-    assert_eq!(run.acks().len(), 0, "bob got records into {denied}");
-    assert!(
-        run.lines.iter().any(|l| l.contains("TopicAuthorization")),
-        "bob's records must fail with the broker's authorization error:\n{}",
-        run.lines
-            .iter()
-            .rev()
-            .take(5)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert_eq!(kroute.metric("kroute_batches_moved_total", &[]), 0.0);
-    // Straight from the cluster (its PLAINTEXT listener): the topic is empty.
-    let read = java_on(
-        "consume",
-        &cluster_bootstrap(),
-        &denied,
-        &["--expect", "0", "--extra-wait-ms", "2000"],
-    );
-    assert_eq!(read.count("consumed"), 0);
+    acl("--add", "User:bob", &["Describe"], &denied);
+    refused(&produce(&denied, "40", "d-"), "denied");
+    assert!(injected() > 0.0, "none of bob's batches was moved");
+    let read = librdkafka::consume_all(&cluster_bootstrap(), &denied);
+    assert!(read.is_empty(), "{} records got into {denied}", read.len());
 
-    // alice may write: once her own connection has written a topic, her batches move there.
-    let allowed = unique("acl-alice");
-    create_topic(&allowed, 6, &[]);
-    let alice = java_sasl("SCRAM-SHA-256", "alice", "alice-secret");
-    let run = java_produce(
-        &kroute.bootstrap,
-        &allowed,
-        &[
-            &["--count", "3000", "--per-second", "1500"][..],
-            &non_idempotent[..],
-        ]
-        .concat(),
-        &alice,
-    );
-    run.assert_ok();
-    assert_eq!(run.acks().len(), 3000);
-    assert!(
-        kroute.metric("kroute_batches_moved_total", &[]) > 0.0,
-        "alice's batches never moved"
-    );
+    // 2. bob may write, then loses Write: every batch after that is refused, moved or not.
+    let revoked = unique("acl-revoke");
+    create_topic(&revoked, 6, &[]);
+    acl("--add", "User:bob", &["Describe", "Write"], &revoked);
+    let before = injected();
+    let allowed = produce(&revoked, "600", "w-");
+    allowed.assert_ok();
+    assert_eq!(allowed.acks().len(), 600);
+    assert!(injected() > before, "none of bob's batches was moved");
+    acl("--remove", "User:bob", &["Write"], &revoked);
+    // Until every leader has applied the change (each broker on its own time).
+    wait_for("Write revoked on every broker", Duration::from_secs(30), || {
+        (0..6).all(|p| !bob_writes_directly(&revoked, p)).then_some(())
+    });
+    let before = injected();
+    refused(&produce(&revoked, "40", "r-"), "after the revocation");
+    assert!(injected() > before, "no batch was moved after the revocation");
+    let read = librdkafka::consume_all(&cluster_bootstrap(), &revoked);
+    let through_kroute: Vec<&String> = read.keys().filter(|id| !id.starts_with("probe-")).collect();
+    assert_eq!(through_kroute.len(), 600, "only the records acknowledged before");
+    assert!(through_kroute.iter().all(|id| id.starts_with("w-")));
     kroute.assert_clean_logs(&[]);
 }
 
@@ -384,32 +405,41 @@ fn originate_reauthenticates_through_three_session_lifetimes_without_client_erro
 }
 
 #[test]
-fn the_default_idempotent_producer_moves_off_a_slow_broker_on_sasl_ssl_exactly_once() {
+fn an_authenticated_default_producer_moves_off_a_slow_broker_under_its_own_identity() {
+    // The Java default producer (idempotent) authenticates itself as alice through kroute
+    // (passthrough, SASL_SSL upstream): its batches are renumbered and moved over alice's own
+    // connections, exactly once.
     let password = PasswordFile::new("kroute-secret");
-    let toml = upstream_tls() + &upstream_sasl("originate", "SCRAM-SHA-512", "kroute", &password);
+    let toml = upstream_tls() + &upstream_sasl("passthrough", "SCRAM-SHA-512", "kroute", &password);
     let world = slow_world_of(kroute_on("sasl_ssl", toml), "");
     let kroute = &world.kroute;
     let topic = unique("route-sasl");
     create_topic_two_per_broker(&topic);
 
     let before = produce_bytes(kroute);
-    let run = java_on(
-        "produce",
-        &kroute.bootstrap,
-        &topic,
-        &[
-            "--count",
-            "15000",
-            "--per-second",
-            "3000",
-            "--record-size",
-            "1024",
-            "--id-prefix",
-            "ss-",
-        ],
-    );
+    let alice = java_sasl("SCRAM-SHA-512", "alice", "alice-secret");
+    let mut args = vec![
+        "--count",
+        "15000",
+        "--per-second",
+        "3000",
+        "--record-size",
+        "1024",
+        "--id-prefix",
+        "ss-",
+    ];
+    args.extend(alice.iter().map(String::as_str));
+    let run = java_on("produce", &kroute.bootstrap, &topic, &args);
     assert_eq!(run.count("produced"), 15000);
-    assert_moved_off_broker_2(kroute, before, "Java over SASL_SSL");
+    assert_moved_off_broker_2(kroute, before, "Java authenticated through kroute");
+    // Every moved batch went out on one of alice's own connections: kroute opened none of its
+    // own for them.
+    assert!(kroute.metric("kroute_injected_requests_total", &[]) > 0.0);
+    assert!(kroute.metric("kroute_client_connections_registered_total", &[]) >= 3.0);
+    assert_eq!(
+        kroute.metric("kroute_batches_kept_total", &["reason=\"idempotent\""]),
+        0.0
+    );
     let acked = run.acks();
     assert_eq!(acked.len(), 15000);
     librdkafka::assert_exactly_once(
