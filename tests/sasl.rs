@@ -188,8 +188,11 @@ fn passthrough_scram_clients_authenticate_themselves_over_upstream_tls() {
     create_topic(&topic, 3, &[]);
     let alice = java_sasl("SCRAM-SHA-256", "alice", "alice-secret");
     java_round_trip(&kroute.bootstrap, &topic, 300, &alice);
-    // Without kroute credentials an authenticated client's batches never move.
-    assert_eq!(kroute.metric("kroute_batches_moved_total", &[]), 0.0);
+    // No kroute credentials needed for routing either: the producer's batches (it is the
+    // Java default, idempotent) are numbered by kroute and go out over alice's own
+    // connections, never one of kroute's.
+    assert!(kroute.metric("kroute_injected_requests_total", &[]) >= 1.0);
+    assert!(kroute.metric("kroute_client_connections_registered_total", &[]) >= 1.0);
 
     // A wrong password: the client gets the broker's own SASL_AUTHENTICATION_FAILED message.
     let wrong = java_sasl("SCRAM-SHA-256", "alice", "wrong-password");
@@ -212,7 +215,8 @@ fn passthrough_scram_clients_authenticate_themselves_over_upstream_tls() {
 }
 
 #[test]
-fn passthrough_librdkafka_authenticates_itself_and_routes_with_kroutes_identity() {
+fn passthrough_librdkafka_and_kafka_python_authenticate_themselves_and_route_under_their_own_identity()
+ {
     let password = PasswordFile::new("kroute-secret");
     let toml = upstream_tls()
         + &upstream_sasl("passthrough", "SCRAM-SHA-256", "kroute", &password)
@@ -247,8 +251,10 @@ fn passthrough_librdkafka_authenticates_itself_and_routes_with_kroutes_identity(
     let read = librdkafka::consume_all_with(&kroute.bootstrap, &topic, &sasl);
     assert_eq!(read.len(), 3500);
     assert!(read.values().all(|copies| copies.len() == 1), "duplicates");
-    // alice's own connections wrote the topic, so her batches may move over kroute's.
+    // alice's batches moved over alice's own connections (PLAIN for librdkafka, SCRAM for
+    // kafka-python: two principals, each its own connections).
     assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(kroute.metric("kroute_injected_requests_total", &[]) > 0.0);
     assert!(
         sasl_metric(
             &kroute,
@@ -315,16 +321,34 @@ fn acls_hold_for_moved_batches_a_denied_principal_gets_nothing_in_and_a_revoked_
     let kroute = Kroute::start_with(kroute_on("sasl_plaintext", toml));
     let bob = java_sasl("SCRAM-SHA-256", "bob", "bob-secret");
     let produce = |topic: &str, count: &str, prefix: &str| {
-        let args = ["--count", count, "--per-second", "200", "--id-prefix", prefix];
+        let args = [
+            "--count",
+            count,
+            "--per-second",
+            "200",
+            "--id-prefix",
+            prefix,
+        ];
         let timeout = ["--timeout-ms", "20000"];
-        java_produce(&kroute.bootstrap, topic, &[&args[..], &timeout].concat(), &bob)
+        java_produce(
+            &kroute.bootstrap,
+            topic,
+            &[&args[..], &timeout].concat(),
+            &bob,
+        )
     };
     let refused = |run: &JavaRun, what: &str| {
         assert_eq!(run.acks().len(), 0, "{what}: bob got records in");
         assert!(
             run.lines.iter().any(|l| l.contains("TopicAuthorization")),
             "{what}: expected the broker's authorization error:\n{}",
-            run.lines.iter().rev().take(5).cloned().collect::<Vec<_>>().join("\n")
+            run.lines
+                .iter()
+                .rev()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     };
     let injected = || kroute.metric("kroute_injected_requests_total", &[]);
@@ -350,15 +374,28 @@ fn acls_hold_for_moved_batches_a_denied_principal_gets_nothing_in_and_a_revoked_
     assert!(injected() > before, "none of bob's batches was moved");
     acl("--remove", "User:bob", &["Write"], &revoked);
     // Until every leader has applied the change (each broker on its own time).
-    wait_for("Write revoked on every broker", Duration::from_secs(30), || {
-        (0..6).all(|p| !bob_writes_directly(&revoked, p)).then_some(())
-    });
+    wait_for(
+        "Write revoked on every broker",
+        Duration::from_secs(30),
+        || {
+            (0..6)
+                .all(|p| !bob_writes_directly(&revoked, p))
+                .then_some(())
+        },
+    );
     let before = injected();
     refused(&produce(&revoked, "40", "r-"), "after the revocation");
-    assert!(injected() > before, "no batch was moved after the revocation");
+    assert!(
+        injected() > before,
+        "no batch was moved after the revocation"
+    );
     let read = librdkafka::consume_all(&cluster_bootstrap(), &revoked);
     let through_kroute: Vec<&String> = read.keys().filter(|id| !id.starts_with("probe-")).collect();
-    assert_eq!(through_kroute.len(), 600, "only the records acknowledged before");
+    assert_eq!(
+        through_kroute.len(),
+        600,
+        "only the records acknowledged before"
+    );
     assert!(through_kroute.iter().all(|id| id.starts_with("w-")));
     kroute.assert_clean_logs(&[]);
 }
@@ -628,10 +665,14 @@ fn an_old_protocol_client_authenticates_with_raw_tokens_and_its_batches_move() {
 
 #[test]
 fn passthrough_clients_reauthenticate_themselves_through_kroute() {
-    // The Java client re-authenticates its own sessions (KIP-368) on the 10 s listener.
+    // The Java client re-authenticates its own sessions (KIP-368) on the 10 s listener, while
+    // kroute moves its batches over those same connections: nothing is injected between a
+    // SaslHandshake and the end of its exchange, and the client sees no error.
     let kroute = Kroute::spawn_with(kroute_on(
         "reauth",
-        upstream_tls() + "[upstream.sasl]\nmode = \"passthrough\"\n",
+        upstream_tls()
+            + "[upstream.sasl]\nmode = \"passthrough\"\n\
+               [routing]\nstrategy = \"strict-cost\"\ninclude = [\"sasl-pass-reauth-*\"]\n",
     ));
     wait_for("kroute /ready", Duration::from_secs(30), || {
         http_get(&kroute.admin, "/ready").filter(|r| r.0 == 200)
@@ -653,6 +694,15 @@ fn passthrough_clients_reauthenticate_themselves_through_kroute() {
     let run = java_on("produce", &kroute.bootstrap, &topic, &args);
     assert_eq!(run.count("produced"), 3200);
     assert_eq!(run.count("errors"), 0);
+    assert!(kroute.metric("kroute_injected_requests_total", &[]) > 0.0);
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    let acked = run.acks();
+    assert_eq!(acked.len(), 3200);
+    librdkafka::assert_exactly_once(
+        &cluster_bootstrap(),
+        &topic,
+        acked.iter().map(|a| a.0.as_str()),
+    );
     // Each of the client's connections re-authenticated through kroute: more SaslHandshake
     // requests than connections.
     let handshakes = kroute.metric("kroute_requests_total", &["api=\"SaslHandshake\""]);

@@ -115,21 +115,25 @@ struct Confirm {
 
 impl Confirm {
     fn answered(&self, answer: &Bytes, version: i16) {
-        if accepted(answer, version) {
-            let mut registration = self.registration.lock().unwrap_or_else(|e| e.into_inner());
-            let same = registration
-                .as_ref()
-                .is_some_and(|r| r.principal() == &self.claimed);
-            if !same {
-                // The old entry goes first: both would carry this connection's id.
-                registration.take();
-                *registration = Some(self.registrar.register(self.claimed.clone()));
-            }
-        }
-        // Accepted or not (a refused client is disconnected by the broker), the exchange is
-        // over.
+        // Accepted or not (the broker disconnects a refused client), the exchange is over.
+        let accepted = accepted(answer, version);
         if let Some(gate) = &self.gate {
+            if let Some(lifetime_ms) = accepted {
+                gate.accepted(lifetime_ms);
+            }
             gate.open();
+        }
+        if accepted.is_none() {
+            return;
+        }
+        let mut registration = self.registration.lock().unwrap_or_else(|e| e.into_inner());
+        let same = registration
+            .as_ref()
+            .is_some_and(|r| r.principal() == &self.claimed);
+        if !same {
+            // The old entry goes first: both would carry this connection's id.
+            registration.take();
+            *registration = Some(self.registrar.register(self.claimed.clone()));
         }
     }
 }

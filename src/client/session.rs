@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::authenticated::ClientAuth;
 use super::intake::Intake;
 use super::limits::{Admitted, Timeout};
 use super::replies::{Pending, Slot, Slots, queue, write_replies};
@@ -31,10 +32,9 @@ use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
 use crate::route::{Plan, Split, plan};
-use super::authenticated::ClientAuth;
 use crate::security::passthrough::{ObserveError, UnsupportedV0};
-use crate::security::principal::Principal;
 use crate::security::permit::WrittenTopics;
+use crate::security::principal::Principal;
 use crate::security::{Identity, Permit, originate};
 use crate::upstream::{AnswerHook, Outbound, PendingReply, Upstream, UpstreamGone};
 

@@ -94,7 +94,15 @@ pub fn plan(
     {
         let header = frame.slice(..produce.body_offset);
         let request = (acks, timeout_ms);
-        return sequenced::plan(proxy, (home, principal), head, header, request, topics, owner);
+        return sequenced::plan(
+            proxy,
+            (home, principal),
+            head,
+            header,
+            request,
+            topics,
+            owner,
+        );
     }
 
     let now = Instant::now();

@@ -126,13 +126,13 @@ pub fn request_token(frame: &[u8], version: i16) -> Option<Bytes> {
     Some(request.auth_bytes)
 }
 
-/// Whether the broker's answer to a SaslAuthenticate request (header included) is a success.
-pub fn accepted(answer: &Bytes, version: i16) -> bool {
+/// If the broker's answer to a SaslAuthenticate request (header included) is a success: the
+/// session's lifetime in ms (0: no limit, or not told before v1).
+pub fn accepted(answer: &Bytes, version: i16) -> Option<i64> {
     let header_version = ApiKey::SaslAuthenticate.response_header_version(version);
-    let Ok((_, mut body)) = split_response(answer, header_version) else {
-        return false;
-    };
-    SaslAuthenticateResponse::decode(&mut body, version).is_ok_and(|r| r.error_code == 0)
+    let (_, mut body) = split_response(answer, header_version).ok()?;
+    let response = SaslAuthenticateResponse::decode(&mut body, version).ok()?;
+    (response.error_code == 0).then_some(response.session_lifetime_ms)
 }
 
 #[cfg(test)]
@@ -162,7 +162,12 @@ mod tests {
         assert_eq!(p, m.principal(b"y,,n=alice,r=xyz").unwrap());
         assert_ne!(p, m.principal(b"n,,n=alice,r=abc,tokenauth=true").unwrap());
         assert_ne!(p, m.principal(b"n,a=bob,n=alice,r=abc").unwrap());
-        assert_ne!(p, Mechanism::ScramSha256.principal(b"n,,n=alice,r=abc").unwrap());
+        assert_ne!(
+            p,
+            Mechanism::ScramSha256
+                .principal(b"n,,n=alice,r=abc")
+                .unwrap()
+        );
         assert!(m.principal(b"n,,r=abc").is_none());
         assert!(m.principal(b"n,,n=,r=abc").is_none());
         assert!(m.principal(b"garbage").is_none());

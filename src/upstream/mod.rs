@@ -46,8 +46,8 @@ use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
-use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::principal::Principal;
+use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
 use deadline::Limit;
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
@@ -240,6 +240,19 @@ impl SaslGate {
     pub fn open(&self) {
         self.0.client_sasl_busy.store(false, Ordering::Relaxed);
     }
+
+    /// The broker accepted the client for `lifetime_ms` (0: no limit). A broker closes a
+    /// connection that sends it anything but a new SASL exchange once the session has expired
+    /// (KIP-368), and a client re-authenticates only when it sends something itself: so kroute
+    /// injects nothing in the last tenth of the session, nor after it, unless the client
+    /// re-authenticates first.
+    pub fn accepted(&self, lifetime_ms: i64) {
+        let injectable_until = u64::try_from(lifetime_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(|ms| Instant::now() + Duration::from_millis(ms - ms / 10));
+        *self.0.injectable_until() = injectable_until;
+    }
 }
 
 /// Why a connection to a broker could not be made ready.
@@ -347,6 +360,8 @@ struct Link {
     client_sasl_busy: AtomicBool,
     /// Who the client authenticated as, once kroute knows ([`principals`]).
     principal: OnceLock<Arc<Principal>>,
+    /// Until when the client's SASL session leaves room for injected requests; None: no limit.
+    client_session: std::sync::Mutex<Option<Instant>>,
     injected_refused: metrics::Counter,
     /// `upstream.request_timeout_ms`; None: off.
     request_timeout: Option<Duration>,
@@ -363,9 +378,25 @@ impl Link {
             client_authenticated: AtomicBool::new(false),
             client_sasl_busy: AtomicBool::new(false),
             principal: OnceLock::new(),
+            client_session: std::sync::Mutex::new(None),
             injected_refused: proxy.metrics.injected_refused.clone(),
             request_timeout: proxy.config.request_timeout(),
         })
+    }
+
+    fn injectable_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.client_session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a request injected on this client connection may go out now: the client is not
+    /// in a SASL exchange and its session is not about to expire.
+    fn injectable(&self) -> bool {
+        !self.client_sasl_busy.load(Ordering::Relaxed)
+            && self
+                .injectable_until()
+                .is_none_or(|until| Instant::now() < until)
     }
 
     fn is_scored(&self, api_key: i16) -> Option<&BrokerScore> {
@@ -400,8 +431,9 @@ async fn write_requests(
         else {
             break;
         };
-        if injected && link.client_sasl_busy.load(Ordering::Relaxed) {
-            // The client re-authenticates: dropping the request fails its reply (retriable).
+        if injected && !link.injectable() {
+            // The client re-authenticates, or its session is about to expire: dropping the
+            // request fails its reply (retriable).
             link.injected_refused.increment(1);
             continue;
         }

@@ -12,8 +12,10 @@
 //!
 //! Entries hold weak senders: a registered connection still closes when its client leaves.
 //! An injected request never goes out while the connection's client re-authenticates
-//! (KIP-368): the connection's writer drops it ([`super::Upstream::client_sasl_started`]), and
-//! its reply fails like an unanswered request, which every caller treats as retriable.
+//! (KIP-368), nor near the end of its SASL session, after which the broker would close the
+//! connection ([`super::SaslGate::accepted`]): the connection's writer drops it, and its reply
+//! fails like an unanswered request, which every caller treats as retriable. Such a
+//! connection is not offered to routing meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,14 +45,14 @@ impl Injector {
     /// Whether a request queued now would go out: the connection is open and its client is
     /// not re-authenticating.
     pub fn is_ready(&self) -> bool {
-        self.is_open() && !self.link.client_sasl_busy.load(Ordering::Relaxed)
+        self.is_open() && self.link.injectable()
     }
 
     /// Queues `out` as an injected request without waiting; gives it back if the connection
     /// is gone, its client re-authenticates, or its queue is full (dropping it fails its
     /// reply).
     pub fn try_send(&self, mut out: Outbound) -> Result<(), Box<Outbound>> {
-        if self.link.client_sasl_busy.load(Ordering::Relaxed) {
+        if !self.link.injectable() {
             return Err(Box::new(out));
         }
         out.injected = true;

@@ -31,7 +31,6 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::produce_request::TopicProduceData;
 use tokio::sync::oneshot;
 
-use super::{add_entry, unreachable};
 use super::answers::Numbered;
 use super::division::{Division, division};
 use super::merge::{ProduceMerge, Route, Withhold};
@@ -41,6 +40,7 @@ use super::replies::Shape;
 use super::request_joins::PlanJoin;
 use super::send::{AnswerTo, Links, Request, count_numbered, destination_without};
 use super::waiting::{Waiter, release_at, wait_limit};
+use super::{add_entry, unreachable};
 use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::{PartitionEntry, TopicEntry};
