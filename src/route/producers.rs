@@ -89,10 +89,15 @@ pub enum ProducerLink {
 }
 
 impl ProducerLink {
-    fn is_open(&self) -> bool {
+    /// Whether requests queued now can go out. A client's connection that cannot carry them
+    /// (its client re-authenticates, or left it idle to the end of its SASL session) is
+    /// replaced by another of the principal's, if there is one: requests still in flight on it
+    /// are answered, and a later batch that overtakes one of them is refused as out of order
+    /// and retried, as after any connection change.
+    fn is_usable(&self) -> bool {
         match self {
             ProducerLink::Kroute(u) => u.is_open(),
-            ProducerLink::Client(i) => i.is_open(),
+            ProducerLink::Client(i) => i.is_ready(),
         }
     }
 
@@ -122,7 +127,7 @@ impl ProducerState {
     /// background) if there is none or the last one ended; or one of its principal's, if it
     /// has any there.
     pub fn link(&mut self, proxy: &Arc<Proxy>, key: LinkKey, addr: &str) -> Option<&ProducerLink> {
-        if self.links.get(&key).is_some_and(|l| !l.is_open()) {
+        if self.links.get(&key).is_some_and(|l| !l.is_usable()) {
             self.links.remove(&key);
         }
         if !self.links.contains_key(&key) {
