@@ -24,11 +24,12 @@
 # (kroute_kept_bytes_total). Straight to the brokers: the same client on its own fresh topic.
 # Broker 2's share is counted on the brokers (end offsets per leader, records) in both cases.
 #
-# Keyless bytes: all the Produce bytes kroute saw (moved + kept), half of them in the mixed mode
-# (every other record keyed, records of one size). Eligible = moved + kept because no broker was
-# better (no_better_broker) or no partition was free (no_partition); the rest was kept as
-# idempotent (a producer kroute does not own), uninspectable or malformed, or sat in batches
-# kept as keyed (mixed batches).
+# Keyless bytes: all the Produce bytes kroute saw (moved + kept) but those it kept as keyed
+# (batches whose records all have keys, and the keyed parts of divided batches; a batch mixing
+# keyed and keyless records that is kept whole counts under the reason it was kept, e.g.
+# unsplittable). Eligible = moved + kept because no broker was better (no_better_broker) or no
+# partition was free (no_partition); the rest was kept as idempotent (a producer kroute does not
+# own), unsplittable, no_client_connection, uninspectable or malformed.
 #
 # Output: target/bench-coverage/ (results.tsv, raw/), and the table in docs/benchmarks.md
 # between the bench-coverage markers (BENCH_DOCS=none: not written).

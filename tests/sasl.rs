@@ -444,46 +444,65 @@ fn originate_reauthenticates_through_three_session_lifetimes_without_client_erro
 #[test]
 fn an_authenticated_default_producer_moves_off_a_slow_broker_under_its_own_identity() {
     // The Java default producer (idempotent) authenticates itself as alice through kroute
-    // (passthrough, SASL_SSL upstream): its batches are renumbered and moved over alice's own
-    // connections, exactly once.
+    // (passthrough, SASL_SSL upstream), with SCRAM, then with OAUTHBEARER: its batches are
+    // renumbered and moved over alice's own connections, exactly once.
     let password = PasswordFile::new("kroute-secret");
     let toml = upstream_tls() + &upstream_sasl("passthrough", "SCRAM-SHA-512", "kroute", &password);
     let world = slow_world_of(kroute_on("sasl_ssl", toml), "");
     let kroute = &world.kroute;
-    let topic = unique("route-sasl");
-    create_topic_two_per_broker(&topic);
-
-    let before = produce_bytes(kroute);
-    let alice = java_sasl("SCRAM-SHA-512", "alice", "alice-secret");
-    let mut args = vec![
-        "--count",
-        "15000",
-        "--per-second",
-        "3000",
-        "--record-size",
-        "1024",
-        "--id-prefix",
-        "ss-",
+    let oauth = [
+        "--client-config".to_string(),
+        "security.protocol=SASL_PLAINTEXT".to_string(),
+        "--client-config".to_string(),
+        "sasl.mechanism=OAUTHBEARER".to_string(),
+        "--client-config".to_string(),
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule \
+         required unsecuredLoginStringClaim_sub=\"alice\";"
+            .to_string(),
     ];
-    args.extend(alice.iter().map(String::as_str));
-    let run = java_on("produce", &kroute.bootstrap, &topic, &args);
-    assert_eq!(run.count("produced"), 15000);
-    assert_moved_off_broker_2(kroute, before, "Java authenticated through kroute");
-    // Every moved batch went out on one of alice's own connections: kroute opened none of its
-    // own for them.
-    assert!(kroute.metric("kroute_injected_requests_total", &[]) > 0.0);
-    assert!(kroute.metric("kroute_client_connections_registered_total", &[]) >= 3.0);
+    let clients = [
+        ("SCRAM", java_sasl("SCRAM-SHA-512", "alice", "alice-secret"), "15000"),
+        ("OAUTHBEARER", oauth.to_vec(), "6000"),
+    ];
+    for (mechanism, flags, count) in clients {
+        let topic = unique("route-sasl");
+        create_topic_two_per_broker(&topic);
+        let before = produce_bytes(kroute);
+        let injected = kroute.metric("kroute_injected_requests_total", &[]);
+        let mut args = vec![
+            "--count",
+            count,
+            "--per-second",
+            "3000",
+            "--record-size",
+            "1024",
+            "--id-prefix",
+            "ss-",
+        ];
+        args.extend(flags.iter().map(String::as_str));
+        let run = java_on("produce", &kroute.bootstrap, &topic, &args);
+        let acked = run.acks();
+        assert_eq!(acked.len().to_string(), count, "{mechanism}");
+        let share = share_of_broker_2(before, produce_bytes(kroute));
+        assert_slow_broker_avoided(share, &format!("Java with {mechanism}"));
+        // Moved batches went out on alice's own connections: kroute opened none for them.
+        assert!(
+            kroute.metric("kroute_injected_requests_total", &[]) > injected,
+            "{mechanism}"
+        );
+        librdkafka::assert_exactly_once(
+            &cluster_bootstrap(),
+            &topic,
+            acked.iter().map(|a| a.0.as_str()),
+        );
+    }
+    assert!(kroute.metric("kroute_batches_moved_total", &[]) > 0.0);
+    assert!(kroute.metric("kroute_client_connections_registered_total", &[]) >= 6.0);
     assert_eq!(
         kroute.metric("kroute_batches_kept_total", &["reason=\"idempotent\""]),
         0.0
     );
-    let acked = run.acks();
-    assert_eq!(acked.len(), 15000);
-    librdkafka::assert_exactly_once(
-        &cluster_bootstrap(),
-        &topic,
-        acked.iter().map(|a| a.0.as_str()),
-    );
+    assert_no_sequence_error_passed(kroute);
     kroute.assert_clean_logs(&[]);
 }
 

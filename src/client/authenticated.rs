@@ -116,7 +116,7 @@ struct Confirm {
 impl Confirm {
     fn answered(&self, answer: &Bytes, version: i16) {
         // Accepted or not (the broker disconnects a refused client), the exchange is over.
-        let accepted = accepted(answer, version);
+        let accepted = accepted(answer, version, self.claimed.mechanism());
         if let Some(gate) = &self.gate {
             if let Some(lifetime_ms) = accepted {
                 gate.accepted(lifetime_ms);

@@ -10,9 +10,12 @@
 //! broker tells apart; at worst it keeps apart two that the broker would map to one.
 //!
 //! Only mechanisms whose identity is readable from the token are known: PLAIN (authzid,
-//! authcid) and SCRAM (the client-first message without its nonce). Others (GSSAPI,
-//! OAUTHBEARER) give no principal: such clients keep the older, narrower policy of
-//! [`super::Permit`]. The password of PLAIN is never kept.
+//! authcid), SCRAM (the client-first message without its nonce) and OAUTHBEARER (a SHA-256
+//! digest of the whole initial response: token, authorization id and extensions; connections
+//! sharing one token are one principal, since the broker derives the principal from the token
+//! alone, and a refreshed token makes a new one). GSSAPI gives no principal: such clients keep
+//! the older, narrower policy of [`super::Permit`]. Neither PLAIN's password nor a bearer
+//! token is kept.
 
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -31,7 +34,7 @@ use crate::protocol::header::split_response;
 pub struct Principal {
     mechanism: Mechanism,
     /// PLAIN: "authzid\0authcid"; SCRAM: the client-first message minus the gs2 channel-binding
-    /// flag and the nonce.
+    /// flag and the nonce; OAUTHBEARER: the hex SHA-256 of the initial response minus the flag.
     identity: String,
 }
 
@@ -49,6 +52,7 @@ pub enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    OAuthBearer,
 }
 
 impl Mechanism {
@@ -58,6 +62,7 @@ impl Mechanism {
             "PLAIN" => Some(Mechanism::Plain),
             "SCRAM-SHA-256" => Some(Mechanism::ScramSha256),
             "SCRAM-SHA-512" => Some(Mechanism::ScramSha512),
+            "OAUTHBEARER" => Some(Mechanism::OAuthBearer),
             _ => None,
         }
     }
@@ -65,7 +70,7 @@ impl Mechanism {
     /// SaslAuthenticate round trips until the broker has accepted the client.
     pub fn rounds(self) -> u8 {
         match self {
-            Mechanism::Plain => 1,
+            Mechanism::Plain | Mechanism::OAuthBearer => 1,
             Mechanism::ScramSha256 | Mechanism::ScramSha512 => 2,
         }
     }
@@ -75,6 +80,7 @@ impl Mechanism {
         let identity = match self {
             Mechanism::Plain => plain_identity(first_token)?,
             Mechanism::ScramSha256 | Mechanism::ScramSha512 => scram_identity(first_token)?,
+            Mechanism::OAuthBearer => bearer_identity(first_token)?,
         };
         Some(Principal {
             mechanism: self,
@@ -117,6 +123,20 @@ fn scram_identity(token: &[u8]) -> Option<String> {
     named.then_some(identity)
 }
 
+/// OAUTHBEARER's initial response (RFC 7628) is `gs2-header \x01auth=Bearer <token>\x01
+/// [key=value\x01]... \x01`. The broker takes the principal from the token (and a custom
+/// validator may look at the extensions), so all of it but the channel-binding flag names the
+/// principal; kept as a digest, since a bearer token is a secret.
+fn bearer_identity(token: &[u8]) -> Option<String> {
+    let (_flag, rest) = token.split_at(token.iter().position(|b| *b == b',')? + 1);
+    let auth = b"\x01auth=Bearer ";
+    if !rest.windows(auth.len()).any(|w| w == auth) {
+        return None;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, rest);
+    Some(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The token of a SaslAuthenticate request frame (header included).
 pub fn request_token(frame: &[u8], version: i16) -> Option<Bytes> {
     let mut buf = Bytes::copy_from_slice(frame);
@@ -126,13 +146,22 @@ pub fn request_token(frame: &[u8], version: i16) -> Option<Bytes> {
     Some(request.auth_bytes)
 }
 
-/// If the broker's answer to a SaslAuthenticate request (header included) is a success: the
-/// session's lifetime in ms (0: no limit, or not told before v1).
-pub fn accepted(answer: &Bytes, version: i16) -> Option<i64> {
+impl Principal {
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+}
+
+/// If the broker's answer to the last SaslAuthenticate round of `mechanism` (header included)
+/// is a success: the session's lifetime in ms (0: no limit, or not told before v1). An
+/// OAUTHBEARER server refuses a token with an error *challenge* and no error code (RFC 7628:
+/// the client answers it, and only then fails), so there a success also has no challenge.
+pub fn accepted(answer: &Bytes, version: i16, mechanism: Mechanism) -> Option<i64> {
     let header_version = ApiKey::SaslAuthenticate.response_header_version(version);
     let (_, mut body) = split_response(answer, header_version).ok()?;
     let response = SaslAuthenticateResponse::decode(&mut body, version).ok()?;
-    (response.error_code == 0).then_some(response.session_lifetime_ms)
+    let challenged = mechanism == Mechanism::OAuthBearer && !response.auth_bytes.is_empty();
+    (response.error_code == 0 && !challenged).then_some(response.session_lifetime_ms)
 }
 
 #[cfg(test)]
@@ -172,5 +201,21 @@ mod tests {
         assert!(m.principal(b"n,,n=,r=abc").is_none());
         assert!(m.principal(b"garbage").is_none());
         assert!(m.principal(&[0xff, 0xfe]).is_none());
+    }
+
+    #[test]
+    fn oauthbearer_names_a_digest_of_token_and_extensions_never_the_token() {
+        let m = Mechanism::OAuthBearer;
+        let p = m.principal(b"n,,\x01auth=Bearer abc.def.\x01\x01").unwrap();
+        assert_eq!(p, m.principal(b"y,,\x01auth=Bearer abc.def.\x01\x01").unwrap());
+        assert_ne!(p, m.principal(b"n,,\x01auth=Bearer abc.xyz.\x01\x01").unwrap());
+        assert_ne!(
+            p,
+            m.principal(b"n,,\x01auth=Bearer abc.def.\x01ext=1\x01\x01").unwrap()
+        );
+        assert!(!p.identity.contains("abc"));
+        assert!(!format!("{p:?}").contains("abc"));
+        assert!(m.principal(b"n,,\x01auth=Basic abc\x01\x01").is_none());
+        assert!(m.principal(b"garbage").is_none());
     }
 }
