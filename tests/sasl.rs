@@ -461,7 +461,11 @@ fn an_authenticated_default_producer_moves_off_a_slow_broker_under_its_own_ident
             .to_string(),
     ];
     let clients = [
-        ("SCRAM", java_sasl("SCRAM-SHA-512", "alice", "alice-secret"), "15000"),
+        (
+            "SCRAM",
+            java_sasl("SCRAM-SHA-512", "alice", "alice-secret"),
+            "15000",
+        ),
         ("OAUTHBEARER", oauth.to_vec(), "6000"),
     ];
     for (mechanism, flags, count) in clients {

@@ -1,11 +1,14 @@
 //! The request header (api key, version, correlation id), the Produce head (client id,
-//! tagged fields, transactional id, acks) in every version, and the response header.
+//! tagged fields, transactional id, acks) in every version, and the response header; and what
+//! kroute reads of a passthrough client's SASL exchange (the token of a SaslAuthenticate
+//! request, the principal each mechanism names in it, the broker's answer).
 #![no_main]
 
 use bytes::Bytes;
 use kroute::protocol::header::{
     RequestHead, produce_head, response_body_offset, response_correlation_id, split_response,
 };
+use kroute::security::principal::{Mechanism, accepted, request_token};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -35,5 +38,14 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(_) => assert!(split_response(&payload, header_version).is_err()),
         }
+    }
+    for mechanism in [Mechanism::Plain, Mechanism::ScramSha512, Mechanism::OAuthBearer] {
+        let _ = mechanism.principal(data);
+        for version in 0..=2 {
+            let _ = accepted(&payload, version, mechanism);
+        }
+    }
+    for version in 0..=2 {
+        let _ = request_token(data, version);
     }
 });

@@ -207,11 +207,18 @@ mod tests {
     fn oauthbearer_names_a_digest_of_token_and_extensions_never_the_token() {
         let m = Mechanism::OAuthBearer;
         let p = m.principal(b"n,,\x01auth=Bearer abc.def.\x01\x01").unwrap();
-        assert_eq!(p, m.principal(b"y,,\x01auth=Bearer abc.def.\x01\x01").unwrap());
-        assert_ne!(p, m.principal(b"n,,\x01auth=Bearer abc.xyz.\x01\x01").unwrap());
+        assert_eq!(
+            p,
+            m.principal(b"y,,\x01auth=Bearer abc.def.\x01\x01").unwrap()
+        );
         assert_ne!(
             p,
-            m.principal(b"n,,\x01auth=Bearer abc.def.\x01ext=1\x01\x01").unwrap()
+            m.principal(b"n,,\x01auth=Bearer abc.xyz.\x01\x01").unwrap()
+        );
+        assert_ne!(
+            p,
+            m.principal(b"n,,\x01auth=Bearer abc.def.\x01ext=1\x01\x01")
+                .unwrap()
         );
         assert!(!p.identity.contains("abc"));
         assert!(!format!("{p:?}").contains("abc"));
