@@ -236,6 +236,36 @@ fn join_host_port(host: &str, port: i32) -> String {
     }
 }
 
+/// More brokers than any real cluster has (the largest run a few thousand): an answer that
+/// lists more is refused, before kroute copies any of it or opens a listener for each.
+pub const MAX_BROKERS: usize = 10_000;
+/// The longest host name DNS allows (RFC 1035: 253 characters written out).
+pub const MAX_HOST_LEN: usize = 253;
+
+/// A broker answer that describes no real cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum AbsurdCluster {
+    #[error("the answer lists {0} brokers, more than any real cluster (at most {MAX_BROKERS})")]
+    TooManyBrokers(usize),
+    #[error("the answer gives broker {0} a host name of {1} bytes (DNS allows {MAX_HOST_LEN})")]
+    HostTooLong(i32, usize),
+}
+
+/// Refuses a broker list (node id, host) no real cluster answers with.
+pub fn check_brokers<'a>(
+    brokers: impl ExactSizeIterator<Item = (i32, &'a str)>,
+) -> Result<(), AbsurdCluster> {
+    if brokers.len() > MAX_BROKERS {
+        return Err(AbsurdCluster::TooManyBrokers(brokers.len()));
+    }
+    for (node_id, host) in brokers {
+        if host.len() > MAX_HOST_LEN {
+            return Err(AbsurdCluster::HostTooLong(node_id, host.len()));
+        }
+    }
+    Ok(())
+}
+
 /// The Metadata versions kroute can ask with: from v10 (Kafka 2.8) the topics carry their ids;
 /// v13 (4.0) adds only a top-level error, which kroute's own requests do not need.
 pub const METADATA_VERSIONS: std::ops::RangeInclusive<i16> = 10..=12;
@@ -256,6 +286,12 @@ pub async fn fetch_metadata(ask: &Ask<'_>, topics: Vec<String>) -> anyhow::Resul
     let request = MetadataRequest::default().with_topics(Some(topics));
     let response: MetadataResponse =
         exchange(ask, ApiKey::Metadata, METADATA_VERSIONS, &request).await?;
+    check_brokers(
+        response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, b.host.as_str())),
+    )?;
     let brokers: BTreeMap<i32, String> = response
         .brokers
         .iter()
@@ -336,6 +372,24 @@ mod tests {
         assert_eq!(t.leader_of(0), Some(1));
         view.observe_topics(vec![("t".into(), None)]);
         assert!(view.topic("t").is_none());
+    }
+
+    #[test]
+    fn absurd_broker_lists_are_refused() {
+        let host = "h".repeat(MAX_HOST_LEN);
+        let many = vec![(1, "a"); MAX_BROKERS];
+        assert!(check_brokers(many.iter().copied()).is_ok());
+        let too_many = vec![(1, "a"); MAX_BROKERS + 1];
+        assert!(matches!(
+            check_brokers(too_many.iter().copied()),
+            Err(AbsurdCluster::TooManyBrokers(n)) if n == MAX_BROKERS + 1
+        ));
+        assert!(check_brokers([(7, host.as_str())].into_iter()).is_ok());
+        let longer = format!("{host}h");
+        assert!(matches!(
+            check_brokers([(1, "a"), (7, longer.as_str())].into_iter()),
+            Err(AbsurdCluster::HostTooLong(7, 254))
+        ));
     }
 
     #[test]

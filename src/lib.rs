@@ -5,7 +5,8 @@
 //! decides what the request needs -> [`upstream`] sends it to the broker and matches the answer
 //! -> [`rewrite`] replaces broker addresses -> back to [`client`].
 //! Shared by all connections: [`cluster`] (the brokers), [`metrics`], [`config`];
-//! [`open_files`] raises the descriptor limit connections need.
+//! [`open_files`] raises the descriptor limit connections need; [`log_every`] keeps lines a
+//! peer can repeat at will to one per period.
 //! [`security`] secures the connections at both ends (TLS, mTLS, SASL).
 //! [`lag`] judges consumer groups' lag with Burrow's rules and estimates it in seconds.
 
@@ -16,6 +17,7 @@ pub mod cluster;
 pub mod config;
 pub mod lag;
 pub mod listener;
+pub mod log_every;
 pub mod metrics;
 pub mod open_files;
 pub mod protocol;

@@ -187,6 +187,12 @@ pub const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "Injected requests not written because the connection's client was re-authenticating (answered as unanswered: retriable)",
     ),
     (
+        "kroute_upstream_absurd_answers_total",
+        Kind::Counter,
+        Some(Unit::Count),
+        "Broker answers refused because they describe no real cluster: more brokers than any has, or host names longer than DNS allows",
+    ),
+    (
         "kroute_upstream_unavailable_total",
         Kind::Counter,
         Some(Unit::Count),
@@ -601,6 +607,7 @@ pub struct Metrics {
     pub protocol_errors: ProtocolErrors,
     pub rewrite_errors: Counter,
     pub upstream_protocol_errors: Counter,
+    pub absurd_answers: Counter,
     pub brokers_known: Gauge,
     pub metadata_refresh_failures: Counter,
     pub routing: RoutingMetrics,
@@ -674,6 +681,7 @@ impl Metrics {
             },
             rewrite_errors: counter!("kroute_rewrite_errors_total"),
             upstream_protocol_errors: counter!("kroute_upstream_protocol_errors_total"),
+            absurd_answers: counter!("kroute_upstream_absurd_answers_total"),
             brokers_known: gauge!("kroute_brokers_known"),
             metadata_refresh_failures: counter!("kroute_metadata_refresh_failures_total"),
             routing: RoutingMetrics::new(),

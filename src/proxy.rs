@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::client::Shutdown;
-use crate::cluster::{ClusterView, fetch_metadata};
+use crate::cluster::{AbsurdCluster, ClusterView, fetch_metadata};
 use crate::config::Config;
 use crate::lag::LagStore;
 use crate::metrics::Metrics;
@@ -105,7 +105,12 @@ pub async fn refresh_metadata(proxy: Arc<Proxy>) {
                     last_error = None;
                     break;
                 }
-                Err(e) => last_error = Some(format!("{addr}: {e:#}")),
+                Err(e) => {
+                    if e.downcast_ref::<AbsurdCluster>().is_some() {
+                        proxy.metrics.absurd_answers.increment(1);
+                    }
+                    last_error = Some(format!("{addr}: {e:#}"));
+                }
             }
         }
         if let Some(e) = last_error {

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::cluster::TopicLayout;
+use crate::cluster::{AbsurdCluster, TopicLayout, check_brokers};
 use crate::protocol::versions;
 
 /// A real broker address seen in a response: (node id, host, port).
@@ -124,6 +124,14 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// Refuses a broker list no real cluster has, before any of it is copied.
+    fn check<'b>(
+        &self,
+        brokers: impl ExactSizeIterator<Item = (i32, &'b str)>,
+    ) -> Result<(), AbsurdCluster> {
+        check_brokers(brokers)
+    }
+
     fn endpoints<'e, E: Endpoint + 'e>(&mut self, list: impl IntoIterator<Item = &'e mut E>) {
         for e in list {
             self.one(e);
@@ -148,7 +156,7 @@ fn recode<T: Decodable + Encodable>(
     version: i16,
     map: &AddressMap,
     seen: &mut Observed,
-    edit: impl FnOnce(&mut T, &mut Pass),
+    edit: impl FnOnce(&mut T, &mut Pass) -> Result<(), AbsurdCluster>,
 ) -> anyhow::Result<Option<Bytes>> {
     let mut cursor = body.clone();
     let mut message = T::decode(&mut cursor, version)?;
@@ -157,7 +165,7 @@ fn recode<T: Decodable + Encodable>(
         seen,
         changed: false,
     };
-    edit(&mut message, &mut pass);
+    edit(&mut message, &mut pass)?;
     if !pass.changed {
         return Ok(None);
     }
@@ -194,15 +202,21 @@ pub fn rewrite_response(
     match api {
         ApiKey::ApiVersions => versions::clamp_api_versions(body, version),
         ApiKey::Metadata => recode(body, version, map, seen, |m: &mut MetadataResponse, p| {
+            p.check(m.brokers.iter().map(|b| (b.node_id.0, b.host.as_str())))?;
             p.endpoints(&mut m.brokers);
             p.seen.topics.extend(crate::cluster::layouts(m));
+            Ok(())
         }),
         ApiKey::DescribeCluster => recode(
             body,
             version,
             map,
             seen,
-            |m: &mut DescribeClusterResponse, p| p.endpoints(&mut m.brokers),
+            |m: &mut DescribeClusterResponse, p| {
+                p.check(m.brokers.iter().map(|b| (b.broker_id.0, b.host.as_str())))?;
+                p.endpoints(&mut m.brokers);
+                Ok(())
+            },
         ),
         ApiKey::FindCoordinator => recode(
             body,
@@ -222,23 +236,30 @@ pub fn rewrite_response(
                 } else {
                     p.endpoints(&mut m.coordinators);
                 }
+                Ok(())
             },
         ),
         ApiKey::Produce => recode(body, version, map, seen, |m: &mut ProduceResponse, p| {
-            p.endpoints(&mut m.node_endpoints)
+            p.endpoints(&mut m.node_endpoints);
+            Ok(())
         }),
         ApiKey::Fetch => recode(body, version, map, seen, |m: &mut FetchResponse, p| {
-            p.endpoints(&mut m.node_endpoints)
+            p.endpoints(&mut m.node_endpoints);
+            Ok(())
         }),
         ApiKey::ShareFetch => recode(body, version, map, seen, |m: &mut ShareFetchResponse, p| {
-            p.endpoints(&mut m.node_endpoints)
+            p.endpoints(&mut m.node_endpoints);
+            Ok(())
         }),
         ApiKey::ShareAcknowledge => recode(
             body,
             version,
             map,
             seen,
-            |m: &mut ShareAcknowledgeResponse, p| p.endpoints(&mut m.node_endpoints),
+            |m: &mut ShareAcknowledgeResponse, p| {
+                p.endpoints(&mut m.node_endpoints);
+                Ok(())
+            },
         ),
         ApiKey::DescribeQuorum => recode(
             body,
@@ -251,6 +272,7 @@ pub fn rewrite_response(
                 for node in &mut m.nodes {
                     rewrite_quorum_node(node, p);
                 }
+                Ok(())
             },
         ),
         _ => Ok(None),

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
+use kroute::protocol::endpoints::carries_node_endpoints;
 use kroute::rewrite::{AddressMap, Observed, rewrite_response};
 
 /// Counts live bytes, the peak, and the largest single allocation. Allocations of
@@ -188,6 +189,14 @@ pub fn rewrite_target(api: ApiKey, versions: RangeInclusive<i16>, data: &[u8]) {
     let mut seen = Observed::default();
     let (out, allocs) = measure(|| rewrite_response(api as i16, version, &body, &map, &mut seen));
     assert_not_presized("rewrite", body.len(), allocs);
+    // What kroute forwards without decoding must be what decoding would leave unchanged.
+    if let Ok(Some(_)) = &out {
+        assert_ne!(
+            carries_node_endpoints(api, version, &body),
+            Some(false),
+            "the walk missed node endpoints the decoder rewrote"
+        );
+    }
     let Ok(Some(out)) = out else {
         return;
     };

@@ -51,8 +51,9 @@ use crate::config::LimitsConfig;
 use crate::metrics::ClientLimitMetrics;
 use crate::protocol::header::WireReader;
 
+use crate::log_every::Every;
 /// At most one log line per kind of event per this long.
-pub const LOG_EVERY: Duration = Duration::from_secs(10);
+pub use crate::log_every::LOG_EVERY;
 
 /// The least a Fetch reserves for its answer: a broker returns a first batch larger than the
 /// request's `max_bytes` whole, and Kafka's `max.message.bytes` is about 1 MiB.
@@ -469,44 +470,6 @@ impl Drop for Admitted {
     }
 }
 
-/// A log line's rate limit: the first event is logged, then at most one per [`LOG_EVERY`].
-struct Every {
-    epoch: Instant,
-    /// Not before this (ms after `epoch`).
-    next_ms: AtomicU64,
-    /// Events not logged since the last line.
-    skipped: AtomicU64,
-}
-
-impl Default for Every {
-    fn default() -> Self {
-        Self {
-            epoch: Instant::now(),
-            next_ms: AtomicU64::new(0),
-            skipped: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Every {
-    /// Some(n): log this event now, n events were not logged since the last line.
-    fn due(&self) -> Option<u64> {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        let next = self.next_ms.load(Ordering::Relaxed);
-        let period = LOG_EVERY.as_millis() as u64;
-        if now >= next
-            && self
-                .next_ms
-                .compare_exchange(next, now + period, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.skipped.swap(0, Ordering::Relaxed));
-        }
-        self.skipped.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,15 +629,5 @@ mod tests {
         assert_eq!(a.blocked(), Some(Pause::Connection));
         a.arrived(1000, 4 * MIB);
         assert_eq!(a.blocked(), None);
-    }
-
-    #[test]
-    fn log_lines_are_rate_limited() {
-        let every = Every::default();
-        assert_eq!(every.due(), Some(0));
-        assert_eq!(every.due(), None);
-        assert_eq!(every.due(), None);
-        every.next_ms.store(0, Ordering::Relaxed);
-        assert_eq!(every.due(), Some(2));
     }
 }

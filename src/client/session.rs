@@ -28,6 +28,7 @@ use super::intake::Intake;
 use super::limits::{Admitted, Timeout};
 use super::replies::{Pending, Slot, Slots, queue, write_replies};
 use crate::lag::observe::commit_hook;
+use crate::log_every::Every;
 use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
@@ -154,7 +155,12 @@ where
         Ok(u) => u,
         Err(why) => {
             proxy.metrics.upstream_unavailable.increment(1);
-            warn!(%peer, ?target, "closing client connection: no upstream broker: {why}");
+            // A client retries at once, many times a second: one line per period.
+            static NO_UPSTREAM: Every = Every::new();
+            if let Some(also) = NO_UPSTREAM.due() {
+                warn!(%peer, ?target, also_closed = also,
+                    "closing client connection: no upstream broker: {why}");
+            }
             return;
         }
     };
@@ -188,7 +194,10 @@ where
             Err(ClientError::Frame(FrameError::Io(e))) => debug!(%peer, "client connection failed: {e}"),
             Err(e) => {
                 count_protocol_error(&proxy, &e);
-                warn!(%peer, ?target, "closing client connection: {e}");
+                static BAD_CLIENT: Every = Every::new();
+                if let Some(also) = BAD_CLIENT.due() {
+                    warn!(%peer, ?target, also_closed = also, "closing client connection: {e}");
+                }
             }
         },
         written = &mut writer => {

@@ -41,7 +41,10 @@ use tokio_util::codec::FramedRead;
 use tracing::{debug, warn};
 
 use crate::balance::scores::BrokerScore;
+use crate::cluster::AbsurdCluster;
+use crate::log_every::Every;
 use crate::metrics::BrokerMetrics;
+use crate::protocol::endpoints::carries_node_endpoints;
 use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
@@ -500,8 +503,10 @@ async fn write_requests(
 
 /// Why a connection's reader stopped.
 enum Ended {
-    /// The broker closed the connection, or sent what cannot be matched or read.
+    /// The broker closed the connection, or the connection failed.
     Broken(String),
+    /// The broker sent what cannot be matched or read: its fault, whoever still waits.
+    Violated(String),
     /// The oldest request got no answer within its limit ([`deadline`]).
     TimedOut { api_key: i16, waited: Duration },
 }
@@ -540,11 +545,17 @@ async fn read_responses(
                 }
             }
             Event::Frame(Some(Ok(frame))) => {
-                if let Err(why) = deliver(&proxy, &link, &mut expected, frame) {
-                    break Ended::Broken(why);
+                if let Err(ended) = deliver(&proxy, &link, &mut expected, frame) {
+                    break ended;
                 }
             }
-            Event::Frame(Some(Err(e))) => break Ended::Broken(format!("read error: {e}")),
+            Event::Frame(Some(Err(FrameError::Io(e)))) => {
+                break Ended::Broken(format!("read error: {e}"));
+            }
+            Event::Frame(Some(Err(e))) => {
+                proxy.metrics.upstream_protocol_errors.increment(1);
+                break Ended::Violated(format!("unreadable response: {e}"));
+            }
             Event::Frame(None) => break Ended::Broken("closed by the broker".into()),
         }
     };
@@ -558,12 +569,7 @@ async fn read_responses(
 
 /// Matches one response to the oldest request and hands it on. Err: why the connection
 /// cannot go on.
-fn deliver(
-    proxy: &Proxy,
-    link: &Link,
-    expected: &mut Expected,
-    frame: Bytes,
-) -> Result<(), String> {
+fn deliver(proxy: &Proxy, link: &Link, expected: &mut Expected, frame: Bytes) -> Result<(), Ended> {
     let Some((
         InFlight {
             pending,
@@ -575,7 +581,7 @@ fn deliver(
     )) = expected.answered()
     else {
         proxy.metrics.upstream_protocol_errors.increment(1);
-        return Err("response without a request".into());
+        return Err(Ended::Violated("response without a request".into()));
     };
     let now = Instant::now();
     link.metrics
@@ -590,22 +596,30 @@ fn deliver(
         Ok(id) if id == pending.correlation_id => {}
         _ => {
             proxy.metrics.upstream_protocol_errors.increment(1);
-            return Err(format!(
+            return Err(Ended::Violated(format!(
                 "response does not match request correlation id {}",
                 pending.correlation_id
-            ));
+            )));
         }
     }
     let payload = answer(proxy, link, &pending, frame).map_err(|e| {
         // Its client cannot be told anything true: the connection ends, its client's too.
         proxy.metrics.rewrite_errors.increment(1);
-        warn!(
-            broker = link.node_id,
-            "cannot rewrite {} v{} response, closing the connection: {e:#}",
-            crate::metrics::api_name(pending.api_key),
-            pending.api_version
-        );
-        "a response could not be rewritten".to_string()
+        if e.downcast_ref::<AbsurdCluster>().is_some() {
+            proxy.metrics.absurd_answers.increment(1);
+        }
+        static CANNOT_REWRITE: Every = Every::new();
+        if let Some(also) = CANNOT_REWRITE.due() {
+            warn!(
+                broker = link.node_id,
+                also_closed = also,
+                "cannot rewrite {} v{} response, closing the connection: {e:#}",
+                crate::metrics::api_name(pending.api_key),
+                pending.api_version
+            );
+        }
+        // Logged above: the connection's end needs no line of its own.
+        Ended::Broken("a response could not be rewritten".to_string())
     })?;
     pending.deliver(Ok(payload));
     Ok(())
@@ -628,13 +642,30 @@ fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended
             if node_id >= 0 {
                 proxy.router.scores.unreachable(node_id, Instant::now());
             }
-            warn!(
-                broker = node_id,
-                api = crate::metrics::api_name(api_key),
-                waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-                in_flight,
-                "closing upstream connection: no answer within upstream.request_timeout_ms"
-            );
+            static TIMED_OUT: Every = Every::new();
+            if let Some(also) = TIMED_OUT.due() {
+                warn!(
+                    broker = node_id,
+                    api = crate::metrics::api_name(api_key),
+                    waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                    in_flight,
+                    also_closed = also,
+                    "closing upstream connection: no answer within upstream.request_timeout_ms"
+                );
+            }
+            return;
+        }
+        Ended::Violated(why) => {
+            metrics.disconnects.increment(1);
+            static VIOLATED: Every = Every::new();
+            if let Some(also) = VIOLATED.due() {
+                warn!(
+                    broker = node_id,
+                    in_flight,
+                    also_closed = also,
+                    "closing upstream connection: the broker broke the protocol: {why}"
+                );
+            }
             return;
         }
         Ended::Broken(why) => why,
@@ -651,10 +682,15 @@ fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended
         }
         // Perhaps the broker is gone and its partitions have new leaders.
         proxy.cluster.stale();
-        warn!(
-            broker = node_id,
-            in_flight, "upstream connection ended with requests in flight: {why}"
-        );
+        static ENDED: Every = Every::new();
+        if let Some(also) = ENDED.due() {
+            warn!(
+                broker = node_id,
+                in_flight,
+                also_ended = also,
+                "upstream connection ended with requests in flight: {why}"
+            );
+        }
     }
 }
 
@@ -762,6 +798,10 @@ fn answer(
         return Ok(frame);
     };
     let (header, body) = split_response(&frame, api.response_header_version(pending.api_version))?;
+    // Most Produce and Fetch answers name no broker: forwarded as they came, not decoded.
+    if carries_node_endpoints(api, pending.api_version, &body) == Some(false) {
+        return Ok(frame);
+    }
     let mut seen = Observed::default();
     let rewritten = rewrite_response(
         pending.api_key,

@@ -323,10 +323,20 @@ impl Kroute {
 
 /// Resident memory of process `pid` (VmRSS), in bytes; 0 if it cannot be read.
 pub fn rss_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The most memory the process has had at once (VmHWM), in bytes.
+pub fn peak_rss_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "VmHWM:")
+}
+
+/// A kB field of /proc/<pid>/status, in bytes (0 if unreadable).
+fn status_bytes(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let line = s.lines().find(|l| l.starts_with(field))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(0, |kib| kib * 1024)
