@@ -14,6 +14,10 @@
 #   relay   producer -> socat (plain TCP relay, one per broker) -> brokers: the L4 floor
 # in two phases: max throughput (--throughput -1) and a fixed offered load (--throughput N).
 # Every round runs each case once, in an order rotated per round, so drift hits all cases.
+# A third phase, fetch (BENCH_PHASES="max fetch"), reads back what the max phase wrote: Kafka's
+# Java consumer perf test (org.apache.kafka.tools.ConsumerPerformance, a fresh group each run,
+# from the earliest offset) reads BENCH_FETCH_RECORDS records the same three ways, and kroute's
+# CPU seconds are reported per GB of Fetch answers it forwarded (issue 28, part 1).
 #
 # Secured variants (BENCH_SECURITY): direct and kroute only; the relay case (and its namespace)
 # is skipped, the L4-floor comparison is the unsecured run's. The cluster must run as after
@@ -59,7 +63,8 @@
 #   BENCH_FIXED_FRACTION  [0.5]
 #   BENCH_FIXED_SECONDS   duration of each fixed-load run [20]
 #   BENCH_WARMUP_RECORDS  one uncounted run per case before the rounds (0 = none) [50000]
-#   BENCH_PHASES          "max fixed" (or one of them) [max fixed]
+#   BENCH_PHASES          "max fixed", "max fetch", ... (any of max, fixed, fetch) [max fixed]
+#   BENCH_FETCH_RECORDS   records per fetch run (the topic must hold them) [BENCH_RECORDS]
 #   BENCH_DOCS            file whose results section (one per BENCH_SECURITY) is replaced,
 #                         "none" to skip [docs/benchmarks.md]
 #   BENCH_BUILD           1 = cargo build --release first [1]
@@ -83,6 +88,7 @@ FIXED_FRACTION=${BENCH_FIXED_FRACTION:-0.5}
 FIXED_SECONDS=${BENCH_FIXED_SECONDS:-20}
 WARMUP_RECORDS=${BENCH_WARMUP_RECORDS:-50000}
 PHASES=${BENCH_PHASES:-max fixed}
+FETCH_RECORDS=${BENCH_FETCH_RECORDS:-$RECORDS}
 DOCS=${BENCH_DOCS:-docs/benchmarks.md}
 BUILD=${BENCH_BUILD:-1}
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
@@ -117,7 +123,11 @@ for v in ROUNDS RECORDS RECORD_SIZE FIXED_SECONDS WARMUP_RECORDS; do
 done
 [ "$ROUNDS" -ge 1 ] && [ "$RECORDS" -ge 1 ] && [ "$FIXED_SECONDS" -ge 1 ] || die "rounds, records, seconds must be >= 1"
 [[ $FIXED_RATE == auto || $FIXED_RATE =~ ^[0-9]+$ ]] || die "BENCH_FIXED_RATE must be auto or records/s"
-for p in $PHASES; do [[ $p == max || $p == fixed ]] || die "BENCH_PHASES: unknown phase '$p'"; done
+for p in $PHASES; do [[ $p == max || $p == fixed || $p == fetch ]] || die "BENCH_PHASES: unknown phase '$p'"; done
+[[ $FETCH_RECORDS =~ ^[1-9][0-9]*$ ]] || die "BENCH_FETCH_RECORDS must be a positive integer"
+if [[ " $PHASES " == *" fetch "* && " $PHASES " != *" max "* ]]; then
+  die "the fetch phase reads what the max phase wrote: BENCH_PHASES must have max too"
+fi
 if [[ $FIXED_RATE == auto && " $PHASES " == *" fixed "* && " $PHASES " != *" max "* ]]; then
   die "BENCH_FIXED_RATE=auto needs the max phase; give a rate"
 fi
@@ -188,6 +198,8 @@ metric() { # NAME API: value of a kroute counter (0 if not yet present)
 }
 kroute_produce_bytes() { metric kroute_request_bytes_total Produce; }
 kroute_produce_requests() { metric kroute_requests_total Produce; }
+kroute_fetch_bytes() { metric kroute_response_bytes_total Fetch; }
+kroute_rss_kib() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$kroute_pid/status"; }
 kroute_connections() {
   curl -fsS --max-time 5 "http://$KROUTE_ADMIN/metrics" |
     awk '$1 == "kroute_client_connections_total" { v = $2 } END { printf "%.0f\n", v + 0 }'
@@ -210,6 +222,7 @@ relay_ticks() { local p t=0; for p in "${relay_pids[@]}"; do t=$((t + $(cpu_tick
 relay_children() { local p n=0; for p in "${relay_pids[@]}"; do n=$((n + $(ps -o pid= --ppid "$p" | wc -l))); done; echo $n; }
 no_relay_children() { [ "$(relay_children)" = 0 ]; }
 veth_rx() { if [ "$RELAY" = 1 ]; then cat "/sys/class/net/$VETH_HOST/statistics/rx_bytes"; else echo 0; fi; }
+veth_tx() { if [ "$RELAY" = 1 ]; then cat "/sys/class/net/$VETH_HOST/statistics/tx_bytes"; else echo 0; fi; }
 
 kroute_ready() { curl -fsS --max-time 2 -o /dev/null "http://$KROUTE_ADMIN/ready" 2>/dev/null; }
 ns_port_open() { ip netns exec "$NS" bash -c "(exec 3<>/dev/tcp/$1/$2) 2>/dev/null"; }
@@ -256,6 +269,7 @@ cluster_bootstrap=$(scripts/cluster.sh bootstrap)
 # secured modes: the listeners the direct case dials and kroute forwards to, the test PKI, and
 # the client settings both cases use (a properties file: the JAAS line contains '=' and spaces)
 CLIENT_CONFIG=()   # --producer.config FILE
+CONSUMER_CONFIG=() # --consumer.config FILE
 ADMIN_CONFIG=()    # --command-config FILE
 if [ "$SECURITY" != none ]; then
   secured_info=$(scripts/cluster.sh secured) || die "scripts/cluster.sh secured failed (is the cluster secured?)"
@@ -278,6 +292,7 @@ if [ "$SECURITY" != none ]; then
     echo "ssl.truststore.location=$CA"
   } >"$OUT/client.properties"
   CLIENT_CONFIG=(--producer.config "$OUT/client.properties")
+  CONSUMER_CONFIG=(--consumer.config "$OUT/client.properties")
   ADMIN_CONFIG=(--command-config "$OUT/client.properties")
   say "security $SECURITY: direct case -> $DIRECT_BOOTSTRAP; client settings $OUT/client.properties"
 fi
@@ -287,6 +302,8 @@ TOOL_LOG4J=$REPO/scripts/kafka/log4j2-tools.properties
 # the producer JVM (like kafka-producer-perf-test.sh: 512 MB heap; full JIT; quiet logging)
 PRODUCER_JVM=(java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true
   "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.ProducerPerformance)
+CONSUMER_JVM=(java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true
+  "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.ConsumerPerformance)
 advertised=$(java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true \
     "-Dlog4j2.configurationFile=$TOOL_LOG4J" -cp "$KAFKA_LIB/*" org.apache.kafka.tools.BrokerApiVersionsCommand \
     --bootstrap-server "$DIRECT_BOOTSTRAP" "${ADMIN_CONFIG[@]}" 2>/dev/null | sed -n 's/^\([^ ]*\) (id: .*/\1/p' | sort | tr '\n' ',')
@@ -458,6 +475,52 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   printf '%s\n' "$phase	$round	$case	$n	$rps	$mbps	$avg	$max	$p50	$p95	$p99	$p999	$tput	$dkb	$dkr	$dkc	$kcpu	$drb	$drc	$rcpu	$wall" >>"$RESULTS"
 }
 
+# one consumer run: reads FETCH_RECORDS from the earliest offset in a fresh group
+FETCH_HEADER="round	case	records	mb_per_s	fetch_mb_per_s	records_per_s	kroute_fetch_bytes	kroute_cpu_s	kroute_rss_kib	relay_bytes	relay_cpu_s	wall_s"
+run_fetch_case() { # ROUND CASE
+  local round=$1 case=$2 n=$FETCH_RECORDS log="$RAW/fetch-$1-$2.log" bootstrap prefix=()
+  case $case in
+    direct) bootstrap=$DIRECT_BOOTSTRAP ;;
+    kroute) bootstrap=127.0.0.1:$KROUTE_BOOTSTRAP_PORT ;;
+    relay)  bootstrap=$DIRECT_BOOTSTRAP; prefix=(ip netns exec "$NS") ;;
+  esac
+  local kb0 kt0 rb0 rt0 t0 kb1 kt1 rb1 rt1 t1 rss
+  kb0=$(kroute_fetch_bytes); kt0=$(cpu_ticks "$kroute_pid"); rb0=$(veth_tx); rt0=$(relay_ticks); t0=$(date +%s.%N)
+  if ! "${prefix[@]}" "${CONSUMER_JVM[@]}" --bootstrap-server "$bootstrap" --topic "$TOPIC" \
+      --messages "$n" --timeout 60000 --group "kroute-bench-fetch-$round-$case-$$" \
+      "${CONSUMER_CONFIG[@]}" >"$log" 2>&1; then
+    tail -n 20 "$log" >&2; die "consumer failed (fetch round $round, $case): $log"
+  fi
+  t1=$(date +%s.%N)
+  rss=$(kroute_rss_kib)
+  poll 100 0.1 no_relay_children || die "relay connections still open 10s after the consumer exited"
+  kb1=$(kroute_fetch_bytes); kt1=$(cpu_ticks "$kroute_pid"); rb1=$(veth_tx); rt1=$(relay_ticks)
+  kill -0 "$kroute_pid" 2>/dev/null || die "kroute exited (see $OUT/kroute.log)"
+  grep -qE 'Exception|ERROR' "$log" && { grep -E 'Exception|ERROR' "$log" | head -5 >&2; die "consumer reported errors: $log"; }
+  # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec,
+  # rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+  local line mb mbps nmsg fetch_mbps fetch_rps
+  line=$(grep -E '^[0-9]{4}-' "$log" | tail -n 1) || die "no ConsumerPerformance result line in $log"
+  IFS=', ' read -r _ _ _ _ mb mbps nmsg _ _ _ fetch_mbps fetch_rps <<<"$line"
+  [[ $nmsg =~ ^[0-9]+$ ]] || die "cannot parse '$line' ($log)"
+  [ "$nmsg" -ge "$n" ] || die "$case: consumer read $nmsg of $n records ($log)"
+  local dkb=$((kb1 - kb0)) drb=$((rb1 - rb0)) payload=$((n * RECORD_SIZE)) kcpu rcpu wall
+  kcpu=$(awk -v a="$kt0" -v b="$kt1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / h }')
+  rcpu=$(awk -v a="$rt0" -v b="$rt1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / h }')
+  case $case in
+    kroute) [ "$dkb" -ge "$payload" ] ||
+              die "kroute forwarded only $dkb Fetch answer bytes for $n x $RECORD_SIZE B records: traffic did not go through kroute" ;;
+    direct) [ "$dkb" -lt $((payload / 100)) ] || die "kroute forwarded $dkb Fetch bytes during a direct round" ;;
+    relay)  [ "$dkb" -lt $((payload / 100)) ] || die "kroute forwarded $dkb Fetch bytes during a relay round"
+            [ "$drb" -ge "$payload" ] ||
+              die "relay veth carried only $drb bytes to the consumer for $n x $RECORD_SIZE B records: traffic did not go through the relay" ;;
+  esac
+  wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  say "$(printf 'fetch %-6s %-6s %7.2f MB/s (fetching %7.2f) | kroute +%d B Fetch cpu %ss rss %d KiB | relay +%d B cpu %ss' \
+    "$round" "$case" "$mbps" "$fetch_mbps" "$dkb" "$kcpu" "$rss" "$drb" "$rcpu")"
+  printf '%s\n' "$round	$case	$nmsg	$mbps	$fetch_mbps	$fetch_rps	$dkb	$kcpu	$rss	$drb	$rcpu	$wall" >>"$OUT/fetch.tsv"
+}
+
 run_phase() { # PHASE RECORDS THROUGHPUT
   local phase=$1 n=$2 tput=$3 r i
   for ((r = 1; r <= ROUNDS; r++)); do
@@ -487,6 +550,17 @@ if [[ " $PHASES " == *" fixed "* ]]; then
   say "phase fixed: $ROUNDS rounds x ${CASES[*]}, $rate records/s for ${FIXED_SECONDS}s each"
   run_phase fixed $((rate * FIXED_SECONDS)) "$rate"
 fi
+if [[ " $PHASES " == *" fetch "* ]]; then
+  say "phase fetch: $ROUNDS rounds x ${CASES[*]}, $FETCH_RECORDS records read each from the earliest offset"
+  echo "$FETCH_HEADER" >"$OUT/fetch.tsv"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for ((i = 0; i < ${#CASES[@]}; i++)); do
+      run_fetch_case "$r" "${CASES[$(((i + r - 1) % ${#CASES[@]}))]}"
+    done
+  done
+else
+  rm -f "$OUT/fetch.tsv"
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 
@@ -508,6 +582,7 @@ fixed_rate=${rate:-}
 fixed_rate_setting=$FIXED_RATE
 fixed_fraction=$FIXED_FRACTION
 warmup_records=$WARMUP_RECORDS
+fetch_records=$([[ " $PHASES " != *" fetch "* ]] || echo "$FETCH_RECORDS")
 loadavg_before=$load_before
 loadavg_after=$load_after
 duration_s=$((SECONDS - bench_start))
@@ -515,4 +590,4 @@ topic=$TOPIC
 EOF
 )
 export BENCH_META
-python3 bench/summarize.py "$RESULTS" "$DOCS"
+BENCH_FETCH_TSV=$([ ! -f "$OUT/fetch.tsv" ] || echo "$OUT/fetch.tsv") python3 bench/summarize.py "$RESULTS" "$DOCS"

@@ -282,8 +282,73 @@ def report(rows):
         v.append(f"- kroute CPU per GB of Produce requests (reported, no target): {', '.join(cpu)}")
     v.append("")
     parts.append("\n".join(v))
+    parts.append(fetch_lines(os.environ.get("BENCH_FETCH_TSV", "")))
     parts.append(evidence(rows))
     return "\n".join(parts)
+
+
+def fetch_lines(path):
+    """The fetch phase's table (issue 28, part 1): read throughput paired with direct per round,
+    and the proxies' CPU per GB read."""
+    if not path or not os.path.exists(path):
+        return ""
+    rows = []
+    with open(path) as f:
+        header = f.readline().rstrip("\n").split("\t")
+        for line in f:
+            r = dict(zip(header, line.rstrip("\n").split("\t")))
+            for k in header:
+                if k != "case":
+                    r[k] = float(r[k])
+            rows.append(r)
+    if not rows:
+        return ""
+    by = {(r["round"], r["case"]): r for r in rows}
+    cases = [c for c in ("direct", "kroute", "relay") if any(r["case"] == c for r in rows)]
+    out = [
+        f"**Reading it back** (fetch phase: ConsumerPerformance, a fresh group per run, "
+        f"{META.get('fetch_records', '?')} records from the earliest offset; 'fetching' MB/s "
+        "leaves out the group join)",
+        "",
+        "| case | MB/s (median) | vs direct (median of rounds) | fetching MB/s | proxy CPU s/GB read | kroute RSS max MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    ratios = {}
+    for c in cases:
+        rs = [r for r in rows if r["case"] == c]
+        pairs = [
+            by[(r["round"], c)]["fetch_mb_per_s"] / by[(r["round"], "direct")]["fetch_mb_per_s"]
+            for r in rs
+            if (r["round"], "direct") in by and by[(r["round"], "direct")]["fetch_mb_per_s"] > 0
+        ]
+        ratios[c] = med(pairs) if pairs else float("nan")
+        if c == "kroute":
+            cpu = per_gb(sum(r["kroute_cpu_s"] for r in rs), sum(r["kroute_fetch_bytes"] for r in rs))
+            rss = f"{max(r['kroute_rss_kib'] for r in rs) / 1024:.1f}"
+        elif c == "relay":
+            cpu = per_gb(sum(r["relay_cpu_s"] for r in rs), sum(r["relay_bytes"] for r in rs))
+            rss = "-"
+        else:
+            cpu, rss = float("nan"), "-"
+        out.append(
+            f"| {c} | {med([r['mb_per_s'] for r in rs]):.1f} | {fmt_ratio(ratios[c])} | "
+            f"{med([r['fetch_mb_per_s'] for r in rs]):.1f} | "
+            + ("-" if cpu != cpu else f"{cpu:.2f}")
+            + f" | {rss} |"
+        )
+    out.append("")
+    if "kroute" in ratios:
+        t = ratios["kroute"]
+        out.append(f"- read throughput >= 0.98x direct: {fmt_ratio(t)} - {verdict(t >= 0.98)}")
+    if "relay" in cases and "kroute" in cases:
+        k = [r for r in rows if r["case"] == "kroute"]
+        s_ = [r for r in rows if r["case"] == "relay"]
+        kc = per_gb(sum(r["kroute_cpu_s"] for r in k), sum(r["kroute_fetch_bytes"] for r in k))
+        sc = per_gb(sum(r["relay_cpu_s"] for r in s_), sum(r["relay_bytes"] for r in s_))
+        ok = kc <= 0.5 * sc
+        out.append(f"- kroute CPU per GB read <= 0.5x socat's: {kc / sc:.2f}x - {verdict(ok)}")
+    out.append("")
+    return "\n".join(out)
 
 
 def write_docs(path, text):
