@@ -253,7 +253,7 @@ impl SaslGate {
         let injectable_until = u64::try_from(lifetime_ms)
             .ok()
             .filter(|ms| *ms > 0)
-            .map(|ms| Instant::now() + Duration::from_millis(ms - ms / 10));
+            .map(|ms| TokioInstant::now() + Duration::from_millis(ms - ms / 10));
         *self.0.injectable_until() = injectable_until;
     }
 }
@@ -364,7 +364,8 @@ struct Link {
     /// Who the client authenticated as, once kroute knows ([`principals`]).
     principal: OnceLock<Arc<Principal>>,
     /// Until when the client's SASL session leaves room for injected requests; None: no limit.
-    client_session: std::sync::Mutex<Option<Instant>>,
+    /// (tokio's clock, so paused-time tests drive it)
+    client_session: std::sync::Mutex<Option<TokioInstant>>,
     injected_refused: metrics::Counter,
     /// `upstream.request_timeout_ms`; None: off.
     request_timeout: Option<Duration>,
@@ -387,7 +388,7 @@ impl Link {
         })
     }
 
-    fn injectable_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+    fn injectable_until(&self) -> std::sync::MutexGuard<'_, Option<TokioInstant>> {
         self.client_session
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -399,7 +400,7 @@ impl Link {
         !self.client_sasl_busy.load(Ordering::Relaxed)
             && self
                 .injectable_until()
-                .is_none_or(|until| Instant::now() < until)
+                .is_none_or(|until| TokioInstant::now() < until)
     }
 
     fn is_scored(&self, api_key: i16) -> Option<&BrokerScore> {

@@ -200,3 +200,120 @@ impl Drop for Registration {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+    use crate::proxy::Proxy;
+    use crate::security::principal::Mechanism;
+
+    /// A client connection to broker `node_id` with no socket behind it: what is queued on it
+    /// arrives on the returned receiver.
+    fn connection(proxy: &Proxy, node_id: i32) -> (Upstream, mpsc::Receiver<Outbound>) {
+        let (tx, rx) = mpsc::channel(4);
+        let link = Link::new(proxy, node_id);
+        (Upstream { node_id, tx, link }, rx)
+    }
+
+    fn proxy() -> Arc<Proxy> {
+        let text = "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n";
+        Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new()).unwrap()
+    }
+
+    fn principal(name: &str) -> Arc<Principal> {
+        let token = format!("\0{name}\0secret");
+        Arc::new(Mechanism::Plain.principal(token.as_bytes()).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registered_connection_carries_its_principals_requests_until_it_cannot() {
+        let proxy = proxy();
+        let connections = ClientConnections::default();
+        let (alice, bob) = (principal("alice"), principal("bob"));
+        let (upstream, mut rx) = connection(&proxy, 2);
+        assert!(
+            !connections.reaches(&alice, 2),
+            "not before the broker accepted the client"
+        );
+
+        let registration = connections.registrar(&upstream).register(alice.clone());
+        assert!(connections.reaches(&alice, 2));
+        assert!(
+            !connections.reaches(&alice, 3),
+            "only the broker it is connected to"
+        );
+        assert!(!connections.reaches(&bob, 2), "only its own principal");
+        let injector = connections.pick(&alice, 2, 7).unwrap();
+        injector
+            .try_send(Outbound::new(Bytes::from_static(b"moved"), None))
+            .unwrap_or_else(|_| panic!("queued"));
+        let out = rx.try_recv().unwrap();
+        assert!(out.injected && out.frame == "moved");
+
+        // Its client starts a SASL exchange (KIP-368): nothing goes out until it is over.
+        let gate = upstream.client_sasl_started();
+        assert!(!connections.reaches(&alice, 2));
+        assert!(
+            injector
+                .try_send(Outbound::new(Bytes::new(), None))
+                .is_err()
+        );
+        gate.accepted(10_000);
+        gate.open();
+        assert!(connections.reaches(&alice, 2));
+        // The last tenth of its session: nothing, until the client re-authenticates.
+        tokio::time::advance(Duration::from_millis(8_999)).await;
+        assert!(connections.reaches(&alice, 2));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!connections.reaches(&alice, 2));
+        assert!(
+            injector
+                .try_send(Outbound::new(Bytes::new(), None))
+                .is_err()
+        );
+        gate.accepted(0);
+        assert!(
+            connections.reaches(&alice, 2),
+            "no limit once re-authenticated without one"
+        );
+
+        // The session ends: the entry goes with it.
+        drop(registration);
+        assert!(!connections.reaches(&alice, 2));
+        assert!(connections.inner.map.is_empty(), "no principal left behind");
+        let again = connections.registrar(&upstream).register(alice.clone());
+        // The client closes its connection: the injector cannot keep it open.
+        drop(upstream);
+        assert!(!connections.reaches(&alice, 2));
+        assert!(
+            injector
+                .try_send(Outbound::new(Bytes::new(), None))
+                .is_err()
+        );
+        drop(again);
+    }
+
+    #[test]
+    fn a_shard_keeps_its_connection_while_the_set_does_not_change() {
+        let proxy = proxy();
+        let connections = ClientConnections::default();
+        let alice = principal("alice");
+        let (a, _ra) = connection(&proxy, 1);
+        let (b, _rb) = connection(&proxy, 1);
+        let _ea = connections.registrar(&a).register(alice.clone());
+        let _eb = connections.registrar(&b).register(alice.clone());
+        let first = connections.pick(&alice, 1, 4).unwrap().id;
+        assert_eq!(connections.pick(&alice, 1, 4).unwrap().id, first);
+        assert_ne!(connections.pick(&alice, 1, 5).unwrap().id, first);
+        let spread: std::collections::HashSet<u64> = (0..4)
+            .map(|_| connections.any(&alice, 1).unwrap().id)
+            .collect();
+        assert_eq!(spread.len(), 2, "turns go to both connections");
+    }
+}
