@@ -115,16 +115,15 @@ struct Confirm {
 
 impl Confirm {
     fn answered(&self, answer: &Bytes, version: i16) {
-        // Accepted or not (the broker disconnects a refused client), the exchange is over.
-        let accepted = accepted(answer, version, self.claimed.mechanism());
-        if let Some(gate) = &self.gate {
-            if let Some(lifetime_ms) = accepted {
-                gate.accepted(lifetime_ms);
-            }
-            gate.open();
-        }
-        if accepted.is_none() {
+        // Not accepted: the exchange may go on (an OAUTHBEARER error challenge is answered by
+        // the client before the broker fails it) and the broker then disconnects the client, so
+        // the connection stays closed to injected requests.
+        let Some(lifetime_ms) = accepted(answer, version, self.claimed.mechanism()) else {
             return;
+        };
+        if let Some(gate) = &self.gate {
+            gate.accepted(lifetime_ms);
+            gate.open();
         }
         let mut registration = self.registration.lock().unwrap_or_else(|e| e.into_inner());
         let same = registration

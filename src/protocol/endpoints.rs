@@ -48,7 +48,8 @@ fn skip_fetch(r: &mut WireReader) -> Option<()> {
     let topics = r.array_len(true, 18, WHAT).ok()?.unwrap_or(0);
     for _ in 0..topics {
         r.skip(16, WHAT).ok()?; // topic_id
-        let partitions = r.array_len(true, 40, WHAT).ok()?.unwrap_or(0);
+        // 30 fixed bytes, then at least 1 (aborted), 4, 1 (records) and 1 (tags)
+        let partitions = r.array_len(true, 37, WHAT).ok()?.unwrap_or(0);
         for _ in 0..partitions {
             // partition_index, error_code, high_watermark, last_stable_offset,
             // log_start_offset
@@ -77,7 +78,8 @@ fn skip_produce(r: &mut WireReader, topic_ids: bool) -> Option<()> {
         } else {
             r.nullable_string(true, WHAT).ok()?;
         }
-        let partitions = r.array_len(true, 34, WHAT).ok()?.unwrap_or(0);
+        // 30 fixed bytes, then at least 1 (record errors), 1 (message) and 1 (tags)
+        let partitions = r.array_len(true, 33, WHAT).ok()?.unwrap_or(0);
         for _ in 0..partitions {
             // index, error_code, base_offset, log_append_time_ms, log_start_offset
             r.skip(4 + 2 + 8 + 8 + 8, WHAT).ok()?;

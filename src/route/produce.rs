@@ -90,7 +90,7 @@ pub fn plan(
     // all of its batches would go out under kroute's identity.
     let principal = permit.principal();
     if permit.may_renumber()
-        && let Some(owner) = sequenced::owner(proxy, acks, &topics, principal)
+        && let Some(owner) = sequenced::owner(proxy, acks, &topics)
     {
         let header = frame.slice(..produce.body_offset);
         let request = (acks, timeout_ms);

@@ -18,16 +18,20 @@
 //! batch is numbered and queued in one step under the producer's lock, always on the same
 //! connection for its partition: a partition's batches then reach the broker in the order of
 //! their numbers, as a client's own batches for one partition do over its one connection.
-//! A producer whose client authenticated itself (SASL passthrough) as a principal kroute knows
-//! uses its principal's own client connections instead ([`crate::upstream::principals`]): one
-//! is chosen per broker and shard and kept while it lives, so every batch reaches the broker
-//! as the client. Its batches never go to a broker where its principal has none.
+//! The batches of a request whose client authenticated itself (SASL passthrough) as a
+//! principal kroute knows go out on that principal's own client connections instead
+//! ([`crate::upstream::principals`]): one is chosen per broker and shard and kept while it can
+//! carry requests, so every batch reaches the broker as the client that sent it. The principal
+//! is the request's, not the producer's: a producer's connections change principal when its
+//! client's does (an OAUTHBEARER token refreshed is a new one), and a batch never goes out under
+//! another request's identity.
 //!
 //! Memory is bounded: at most `routing.max_producers` are tracked (more are simply not
 //! owned), and a producer idle for `routing.producer_expiry_ms` is forgotten, connections
 //! included.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -82,10 +86,10 @@ pub enum Origin {
 
 /// A connection an owned producer's batches go out on.
 pub enum ProducerLink {
-    /// kroute's own, for a producer whose client did not authenticate itself.
+    /// kroute's own, for requests of clients that did not authenticate themselves.
     Kroute(Upstream),
-    /// One of the connections of the client's principal.
-    Client(Injector),
+    /// One of the connections of this principal.
+    Client(Arc<Principal>, Injector),
 }
 
 impl ProducerLink {
@@ -94,10 +98,11 @@ impl ProducerLink {
     /// replaced by another of the principal's, if there is one: requests still in flight on it
     /// are answered, and a later batch that overtakes one of them is refused as out of order
     /// and retried, as after any connection change.
-    fn is_usable(&self) -> bool {
-        match self {
-            ProducerLink::Kroute(u) => u.is_open(),
-            ProducerLink::Client(i) => i.is_ready(),
+    fn is_usable_by(&self, principal: Option<&Arc<Principal>>) -> bool {
+        match (self, principal) {
+            (ProducerLink::Kroute(u), None) => u.is_open(),
+            (ProducerLink::Client(p, i), Some(principal)) => p == principal && i.is_ready(),
+            _ => false,
         }
     }
 
@@ -105,7 +110,7 @@ impl ProducerLink {
     pub fn try_send(&self, out: Outbound) -> Result<(), Box<Outbound>> {
         match self {
             ProducerLink::Kroute(u) => u.try_send(out),
-            ProducerLink::Client(i) => i.try_send(out),
+            ProducerLink::Client(_, i) => i.try_send(out),
         }
     }
 }
@@ -116,22 +121,30 @@ pub struct ProducerState {
     pub origin: Origin,
     /// Batches waiting for a partition to number them.
     pub waiting: Waiting,
-    /// Who its client authenticated as, if it did.
-    principal: Option<Arc<Principal>>,
     links: HashMap<LinkKey, ProducerLink>,
     last_used: Instant,
 }
 
 impl ProducerState {
-    /// The producer's connection `key` to its broker at `addr`: kroute's own, opened (in the
-    /// background) if there is none or the last one ended; or one of its principal's, if it
-    /// has any there.
-    pub fn link(&mut self, proxy: &Arc<Proxy>, key: LinkKey, addr: &str) -> Option<&ProducerLink> {
-        if self.links.get(&key).is_some_and(|l| !l.is_usable()) {
+    /// The producer's connection `key` to its broker at `addr` for a request of a client
+    /// authenticated as `principal` (if any): kroute's own, opened (in the background) if there
+    /// is none or the last one ended; or one of the principal's, if it has any there.
+    pub fn link(
+        &mut self,
+        proxy: &Arc<Proxy>,
+        (key, principal): (LinkKey, Option<&Arc<Principal>>),
+        addr: &str,
+    ) -> Option<&ProducerLink> {
+        if self
+            .links
+            .get(&key)
+            .is_some_and(|l| !l.is_usable_by(principal))
+        {
             self.links.remove(&key);
         }
-        if !self.links.contains_key(&key) {
-            let link = match &self.principal {
+        let link = match self.links.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(match principal {
                 None => ProducerLink::Kroute(Upstream::open(
                     proxy,
                     key.node_id,
@@ -141,17 +154,12 @@ impl ProducerState {
                 Some(principal) => {
                     let connections = &proxy.client_connections;
                     let shard = key.shard as usize;
-                    ProducerLink::Client(connections.pick(principal, key.node_id, shard)?)
+                    let injector = connections.pick(principal, key.node_id, shard)?;
+                    ProducerLink::Client(principal.clone(), injector)
                 }
-            };
-            self.links.insert(key, link);
-        }
-        self.links.get(&key)
-    }
-
-    /// Who the producer's client authenticated as, if it did.
-    pub fn principal(&self) -> Option<&Arc<Principal>> {
-        self.principal.as_ref()
+            }),
+        };
+        Some(link)
     }
 
     pub fn touch(&mut self, now: Instant) {
@@ -205,32 +213,20 @@ impl Producers {
         self.owned.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A producer id was handed out (to a client authenticated as `principal`, if any): kroute
-    /// owns its numbering from now on, if there is room.
-    pub fn own(&self, producer_id: i64, principal: Option<Arc<Principal>>, now: Instant) {
-        let origin = Origin::Numbered { epoch_shift: 0 };
-        self.insert(producer_id, (origin, principal), now);
+    /// A producer id was handed out: kroute owns its numbering from now on, if there is room.
+    pub fn own(&self, producer_id: i64, now: Instant) {
+        self.insert(producer_id, Origin::Numbered { epoch_shift: 0 }, now);
     }
 
     /// An idempotent producer kroute did not see start: tracked from now on, its origin
     /// resolved when kroute knows what the brokers hold for it ([`super::recovery`]). None if
     /// there is no room.
-    pub fn unresolved(
-        &self,
-        producer_id: i64,
-        principal: Option<Arc<Principal>>,
-        now: Instant,
-    ) -> Option<Arc<OwnedProducer>> {
-        self.insert(producer_id, (Origin::Unresolved, principal), now);
+    pub fn unresolved(&self, producer_id: i64, now: Instant) -> Option<Arc<OwnedProducer>> {
+        self.insert(producer_id, Origin::Unresolved, now);
         self.get(producer_id)
     }
 
-    fn insert(
-        &self,
-        producer_id: i64,
-        (origin, principal): (Origin, Option<Arc<Principal>>),
-        now: Instant,
-    ) {
+    fn insert(&self, producer_id: i64, origin: Origin, now: Instant) {
         let mut map = self.map();
         if map.contains_key(&producer_id) {
             return;
@@ -246,7 +242,6 @@ impl Producers {
             sequences: Producer::default(),
             origin,
             waiting: Waiting::default(),
-            principal,
             links: HashMap::new(),
             last_used: now,
         };
@@ -307,15 +302,15 @@ mod tests {
     fn the_cap_refuses_new_producers_until_old_ones_expire() {
         let producers = Producers::new(Duration::from_secs(10), 2);
         let t0 = Instant::now();
-        producers.own(1, None, t0);
-        producers.own(2, None, t0);
-        producers.own(3, None, t0 + Duration::from_secs(1));
+        producers.own(1, t0);
+        producers.own(2, t0);
+        producers.own(3, t0 + Duration::from_secs(1));
         assert!(producers.get(3).is_none(), "over the cap: not owned");
         assert_eq!(producers.tracked(), 2);
         if let Some(p) = producers.get(2) {
             p.lock().touch(t0 + Duration::from_secs(5));
         }
-        producers.own(3, None, t0 + Duration::from_secs(11));
+        producers.own(3, t0 + Duration::from_secs(11));
         assert!(
             producers.get(1).is_none(),
             "idle past the expiry: forgotten"

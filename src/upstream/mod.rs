@@ -247,16 +247,27 @@ impl SaslGate {
     /// The broker accepted the client for `lifetime_ms` (0: no limit). A broker closes a
     /// connection that sends it anything but a new SASL exchange once the session has expired
     /// (KIP-368), and a client re-authenticates only when it sends something itself: so kroute
-    /// injects nothing in the last tenth of the session, nor after it, unless the client
-    /// re-authenticates first.
+    /// injects nothing in the session's last [`SESSION_MARGIN`] (a tenth of it, if shorter),
+    /// nor after it, unless the client re-authenticates first. (Not a tenth of any session: the
+    /// Java client re-authenticates at 85-95% of it, so up to the last 5% of an hour, 3
+    /// minutes, would have been closed to an owned producer's batches, longer than its
+    /// delivery timeout.)
     pub fn accepted(&self, lifetime_ms: i64) {
         let injectable_until = u64::try_from(lifetime_ms)
             .ok()
             .filter(|ms| *ms > 0)
-            .map(|ms| TokioInstant::now() + Duration::from_millis(ms - ms / 10));
+            .map(Duration::from_millis)
+            .and_then(|lifetime| {
+                let margin = (lifetime / 10).min(SESSION_MARGIN);
+                TokioInstant::now().checked_add(lifetime - margin)
+            });
         *self.0.injectable_until() = injectable_until;
     }
 }
+
+/// How long before a client's SASL session ends kroute stops injecting on its connection: more
+/// than an injected request needs to reach the broker.
+const SESSION_MARGIN: Duration = Duration::from_secs(5);
 
 /// Why a connection to a broker could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -832,8 +843,7 @@ fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) 
     }
     // An authenticated client's producer is owned only where kroute knows its principal: its
     // batches then go out on that principal's own connections.
-    let principal = link.principal.get().cloned();
-    if principal.is_none() && link.client_authenticated.load(Ordering::Relaxed) {
+    if link.principal.get().is_none() && link.client_authenticated.load(Ordering::Relaxed) {
         return;
     }
     let header_version = ApiKey::InitProducerId.response_header_version(version);
@@ -844,10 +854,7 @@ fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) 
         && r.error_code == 0
         && r.producer_id.0 >= 0
     {
-        proxy
-            .router
-            .producers
-            .own(r.producer_id.0, principal, Instant::now());
+        proxy.router.producers.own(r.producer_id.0, Instant::now());
     }
 }
 

@@ -6,6 +6,8 @@
 //! nothing (kroute gave up on the batch, or decided it without sending) or from the broker's
 //! answer to the joined batch it went out in, whose offsets belong to another batch.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
@@ -14,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::merge::no_answer;
 use crate::protocol::header::split_response;
+use crate::security::principal::Principal;
 use crate::upstream::{Reply, UpstreamGone};
 
 /// The client request a batch came in: the requests kroute sends for it upstream, and the
@@ -26,6 +29,9 @@ pub struct Shape {
     pub correlation_id: i32,
     pub acks: i16,
     pub timeout_ms: i32,
+    /// Who the client authenticated as, if kroute knows: the request's batches go out on this
+    /// principal's connections ([`crate::route::producers`]).
+    pub principal: Option<Arc<Principal>>,
 }
 
 /// A waiting batch that went out in a joined batch: what its answer needs.

@@ -100,9 +100,10 @@ impl Links<'_> {
                 let out = Outbound::new(frame.clone(), Some(pending));
                 // No connection (of the client's principal) there now: the part fails
                 // retriably, as on a full or closed connection.
-                let sent = match state.link(self.proxy, link, &addr) {
+                let principal = shape.principal.as_ref();
+                let sent = match state.link(self.proxy, (link, principal), &addr) {
                     Some(link) => {
-                        let injected = matches!(link, ProducerLink::Client(_));
+                        let injected = matches!(link, ProducerLink::Client(..));
                         let sent = link.try_send(out).map_err(|out| out.pending);
                         if injected && sent.is_ok() {
                             self.proxy.metrics.injected.increment(1);

@@ -52,10 +52,6 @@ use crate::route::{Merge, Part, Plan, Split};
 use crate::security::principal::Principal;
 use crate::upstream::{PendingReply, Reply};
 
-/// Answered to a batch of a producer that another principal started (a fatal error for the
-/// client, as the broker's own authorization failures are).
-const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
-
 /// The producer whose batches fill this request, with the epoch of its first batch: the
 /// producer of the first idempotent batch in a routed topic, owned, or tracked from now on if
 /// kroute did not see it start ([`crate::route::producers`]). (acks=0 never comes from an
@@ -64,7 +60,6 @@ pub(super) fn owner(
     proxy: &Proxy,
     acks: i16,
     topics: &[(TopicName, TopicEntry)],
-    principal: Option<&Arc<Principal>>,
 ) -> Option<(i64, i16, Arc<OwnedProducer>)> {
     let routing = &proxy.config.routing;
     if acks == 0 || !routing.routes_idempotent() {
@@ -79,7 +74,7 @@ pub(super) fn owner(
     let now = Instant::now();
     let owned = producers
         .get(first.producer_id)
-        .or_else(|| producers.unresolved(first.producer_id, principal.cloned(), now))?;
+        .or_else(|| producers.unresolved(first.producer_id, now))?;
     Some((first.producer_id, first.epoch, owned))
 }
 
@@ -116,12 +111,12 @@ pub(super) fn plan(
         correlation_id: head.correlation_id,
         acks,
         timeout_ms,
+        principal: principal.cloned(),
     };
     let mut state = owner.lock();
     state.touch(now);
     resolve(proxy, &mut state, first_epoch, producer_id, now);
     let mut planner = Planner::new(proxy, home, producer_id, shape, now);
-    planner.principal = principal;
     let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Vec<BatchKey>>>) = topics
         .iter()
         .map(|(name, topic)| planner.topic(&mut state, name, topic))
@@ -149,8 +144,6 @@ struct Planner<'a> {
     proxy: &'a Arc<Proxy>,
     /// The broker of the client connection the request came in on.
     home: i32,
-    /// Who the client authenticated as, if kroute knows.
-    principal: Option<&'a Arc<Principal>>,
     producer_id: i64,
     shape: Shape,
     now: Instant,
@@ -195,7 +188,6 @@ impl<'a> Planner<'a> {
         Planner {
             proxy,
             home,
-            principal: None,
             producer_id,
             shape,
             now,
@@ -220,7 +212,8 @@ impl<'a> Planner<'a> {
         let layout = routed
             .then(|| self.proxy.cluster.topic(name.as_str()))
             .flatten();
-        let unreachable = unreachable(self.proxy, state.principal(), layout.as_deref());
+        let principal = self.shape.principal.as_ref();
+        let unreachable = unreachable(self.proxy, principal, layout.as_deref());
         let mut t = TopicPlan {
             name,
             routed,
@@ -331,11 +324,6 @@ impl<'a> Planner<'a> {
         let bytes = records.map_or(0, |r| r.len());
         let kept = |reason| self.proxy.metrics.routing.keep(reason, self.home, bytes);
         match (records, numbering, state.origin) {
-            // A producer started under another principal (or none): its batches would go out
-            // on that principal's connections. Refused, never numbered across identities.
-            (Some(_), Some(_), _) if state.principal() != self.principal => {
-                Inspected::Local(CLUSTER_AUTHORIZATION_FAILED)
-            }
             // Not known yet what the brokers hold for it: the client retries.
             (Some(_), Some(_), Origin::Unresolved) => Inspected::Local(code::REQUEST_TIMED_OUT),
             // An adopted producer: its old epoch is refused, newer ones pass untouched.

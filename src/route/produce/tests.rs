@@ -494,7 +494,7 @@ fn batches_overflow_to_the_next_broker_when_partitions_run_out() {
 async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_same_numbers() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
-    p.router.producers.own(5, None, Instant::now());
+    p.router.producers.own(5, Instant::now());
     // The client numbered it from 1000 on partition 0.
     let client_numbers = batch(&[None, None], Compression::None, 5, false);
     let idempotent = crate::route::batch::renumber(&client_numbers, 0, 1000).unwrap();
@@ -539,7 +539,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
 async fn an_owned_producers_mixed_batch_is_divided_and_its_retry_follows_both_parts() {
     let p = proxy("strict-cost");
     slow_broker(&p, 1);
-    p.router.producers.own(5, None, Instant::now());
+    p.router.producers.own(5, Instant::now());
     let keys = [None, Some("k"), None, Some("k"), None];
     let client_numbers = batch(&keys, Compression::None, 5, false);
     let mixed = crate::route::batch::renumber(&client_numbers, 0, 1000).unwrap();
@@ -591,7 +591,7 @@ async fn an_owned_producers_mixed_batch_is_divided_and_its_retry_follows_both_pa
 #[tokio::test]
 async fn an_owned_producers_batch_for_its_partition_goes_to_the_leader_kroute_knows() {
     let p = proxy("strict-cost");
-    p.router.producers.own(5, None, Instant::now());
+    p.router.producers.own(5, Instant::now());
     let client_numbers = batch(&[Some("j"), Some("k")], Compression::None, 5, false);
     let keyed = crate::route::batch::renumber(&client_numbers, 0, 0).unwrap();
     // Partition 4 is led by broker 3 in kroute's view; the client sent it to broker 1.
@@ -638,7 +638,7 @@ fn merged_errors(merged: &Bytes) -> Vec<(i32, i16)> {
 /// until acknowledged; the test has no brokers, so each stays unresolved); returns the
 /// (client partition, lane) of each.
 fn fill_every_lane(p: &Arc<Proxy>) -> Vec<(i32, i32)> {
-    p.router.producers.own(5, None, Instant::now());
+    p.router.producers.own(5, Instant::now());
     let mut lanes = Vec::new();
     for partition in 0..6 {
         let (head, produce, frame) = request(&[("t", partition, numbered_from(0))], -1, None);
@@ -781,7 +781,7 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
 #[test]
 fn a_success_is_merged_as_retriable_while_an_earlier_batch_of_its_partition_waits() {
     let p = proxy("strict-cost");
-    p.router.producers.own(5, None, Instant::now());
+    p.router.producers.own(5, Instant::now());
     let owner = p.router.producers.get(5).unwrap();
     let (a, b) = (key(0, 0), key(0, 2));
     {
@@ -979,7 +979,7 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
             &p.router.scores.config,
         );
     }
-    p.router.producers.own(5, None, Instant::now());
+    p.router.producers.own(5, Instant::now());
     let entries_in: Vec<(&str, i32, Bytes)> = (0..4)
         .map(|partition| ("tj", partition, numbered_from(0)))
         .collect();

@@ -160,11 +160,9 @@ fn place(
 ) -> Placement {
     let name = w.topic.as_str();
     let layout = proxy.cluster.topic(name);
-    let mut choice = TopicChoice::excluding(super::unreachable(
-        proxy,
-        state.principal(),
-        layout.as_deref(),
-    ));
+    let principal = w.shape.principal.as_ref();
+    let mut choice =
+        TopicChoice::excluding(super::unreachable(proxy, principal, layout.as_deref()));
     let mut used = HashSet::new();
     let mut place = Place {
         proxy,
@@ -252,8 +250,8 @@ fn settle(
 
 /// Takes from `later` (the waiting batches after `head`, in arrival order) those that can go
 /// out joined behind `head`, numbered on `target` right after it (which starts at `seq`):
-/// movable, joinable (of one codec), of the same topic and epoch, in their client partition's order, up
-/// to `routing.join_max_bytes` in all. Returns them with their numbers.
+/// movable, joinable (of one codec), of the same topic, epoch and client principal, in their
+/// client partition's order, up to `routing.join_max_bytes` in all. Returns them with their numbers.
 fn take_joiners(
     proxy: &Proxy,
     state: &mut ProducerState,
@@ -278,6 +276,8 @@ fn take_joiners(
             && !c.reply.is_closed()
             && c.topic == head.topic
             && c.key.epoch == head.key.epoch
+            // A joined batch goes out under the head's identity: only its principal's batches.
+            && c.shape.principal == head.shape.principal
             && size + c.records.len() <= limit
             // Every record readable, timestamps within reach of the head's.
             && join::can_join(records, &c.records);
