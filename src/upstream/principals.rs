@@ -267,7 +267,8 @@ mod tests {
         gate.accepted(10_000);
         gate.open();
         assert!(connections.reaches(&alice, 2));
-        // The last tenth of its session: nothing, until the client re-authenticates.
+        // The session's last second (a tenth of 10 s, under the 5 s margin): nothing, until
+        // the client re-authenticates.
         tokio::time::advance(Duration::from_millis(8_999)).await;
         assert!(connections.reaches(&alice, 2));
         tokio::time::advance(Duration::from_millis(1)).await;
