@@ -36,7 +36,9 @@ pub(super) struct ClientAuth {
 impl ClientAuth {
     /// Which topics this client's batches may move to, and over whose connections.
     pub fn permit(&mut self) -> &Permit {
-        if self.sasl.permit().principal().is_none() {
+        // Only a client that authenticated, under a principal not confirmed yet, can gain one:
+        // no lock on the requests of every other client.
+        if matches!(self.sasl.permit(), Permit::Nothing | Permit::Written(_)) {
             let confirmed = self.lock().as_ref().map(|r| r.principal().clone());
             if let Some(principal) = confirmed {
                 self.sasl.confirmed(principal);

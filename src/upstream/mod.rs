@@ -27,7 +27,6 @@ mod reauth;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,7 +48,6 @@ use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
-use crate::security::principal::Principal;
 use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
 use deadline::Limit;
@@ -372,8 +370,8 @@ struct Link {
     client_authenticated: AtomicBool,
     /// Set while the client runs a SASL exchange: injected requests are dropped meanwhile.
     client_sasl_busy: AtomicBool,
-    /// Who the client authenticated as, once kroute knows ([`principals`]).
-    principal: OnceLock<Arc<Principal>>,
+    /// Set once kroute knows who the client authenticated as ([`principals`]).
+    principal_known: AtomicBool,
     /// Until when the client's SASL session leaves room for injected requests; None: no limit.
     /// (tokio's clock, so paused-time tests drive it)
     client_session: std::sync::Mutex<Option<TokioInstant>>,
@@ -392,7 +390,7 @@ impl Link {
             reader_done: AtomicBool::new(false),
             client_authenticated: AtomicBool::new(false),
             client_sasl_busy: AtomicBool::new(false),
-            principal: OnceLock::new(),
+            principal_known: AtomicBool::new(false),
             client_session: std::sync::Mutex::new(None),
             injected_refused: proxy.metrics.injected_refused.clone(),
             request_timeout: proxy.config.request_timeout(),
@@ -843,7 +841,9 @@ fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) 
     }
     // An authenticated client's producer is owned only where kroute knows its principal: its
     // batches then go out on that principal's own connections.
-    if link.principal.get().is_none() && link.client_authenticated.load(Ordering::Relaxed) {
+    if !link.principal_known.load(Ordering::Relaxed)
+        && link.client_authenticated.load(Ordering::Relaxed)
+    {
         return;
     }
     let header_version = ApiKey::InitProducerId.response_header_version(version);

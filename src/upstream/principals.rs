@@ -38,7 +38,7 @@ pub struct Injector {
 
 impl Injector {
     /// Whether the connection is still open (its client still connected, its broker too).
-    pub fn is_open(&self) -> bool {
+    fn is_open(&self) -> bool {
         !self.link.reader_done.load(Ordering::Relaxed) && self.tx.strong_count() > 0
     }
 
@@ -151,7 +151,10 @@ impl Registrar {
     /// registration is dropped. The connection also learns its principal, for the producers
     /// its client starts ([`super::observe_producer_id`]).
     pub fn register(&self, principal: Arc<Principal>) -> Registration {
-        let _ = self.injector.link.principal.set(principal.clone());
+        self.injector
+            .link
+            .principal_known
+            .store(true, Ordering::Relaxed);
         self.registry
             .map
             .entry(principal.clone())
