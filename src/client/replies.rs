@@ -87,7 +87,10 @@ impl Slots<'_> {
         };
         self.conn
             .queued(slot.request_bytes, answered, slot.reserved);
-        self.tx.send(slot).await.map_err(|_| UpstreamGone)
+        self.tx
+            .send(slot)
+            .await
+            .map_err(|_| UpstreamGone::Unanswered)
     }
 }
 
@@ -114,7 +117,7 @@ impl Replies<'_> {
             if let Pending::Waiting(reply) = &mut slot.reply
                 && let Poll::Ready(answer) = Pin::new(reply).poll(cx)
             {
-                let answer = answer.unwrap_or(Err(UpstreamGone));
+                let answer = answer.unwrap_or(Err(UpstreamGone::Unanswered));
                 self.conn
                     .arrived(answer.as_ref().map_or(0, Bytes::len), slot.reserved);
                 slot.reply = Pending::Answered(answer);
@@ -143,7 +146,7 @@ impl Replies<'_> {
         proxy: &Proxy,
     ) -> Result<Reply, ClientError> {
         tokio::select! {
-            answer = reply => Ok(answer.unwrap_or(Err(UpstreamGone))),
+            answer = reply => Ok(answer.unwrap_or(Err(UpstreamGone::Unanswered))),
             never = self.collect() => match never {},
             _ = proxy.shutdown.cut() => Err(ClientError::Cut),
         }
@@ -173,7 +176,7 @@ pub(super) async fn write_replies(
             Pending::Waiting(mut reply) => {
                 let answer = match reply.try_recv() {
                     Ok(answer) => answer,
-                    Err(TryRecvError::Closed) => Err(UpstreamGone),
+                    Err(TryRecvError::Closed) => Err(UpstreamGone::Unanswered),
                     Err(TryRecvError::Empty) => {
                         // Nothing ready to add: let the client have what is buffered meanwhile.
                         flush(&mut out, &mut replies).await?;

@@ -489,4 +489,6 @@ mod waiting;
 
 pub use waiting::Waiting;
 #[cfg(test)]
+mod silent_broker;
+#[cfg(test)]
 mod tests;

@@ -57,6 +57,11 @@ pub mod code {
     /// would retry a connection of its own that ended. NETWORK_EXCEPTION would say the same to
     /// Java, but librdkafka fails the records of a Produce answer carrying it for good.
     pub const UNANSWERED: i16 = REQUEST_TIMED_OUT;
+
+    /// Not a Kafka code: kroute's own record of a copy of a batch that never left kroute (its
+    /// connection could not take it). If no copy ever did, the broker certainly did not append
+    /// it: a hole, like a refusal. Reported to the client as [`UNANSWERED`].
+    pub const NEVER_SENT: i16 = i16::MIN;
 }
 
 /// Client batches remembered per client partition. Clients keep at most 5 batches in flight
@@ -159,6 +164,8 @@ struct Assignment {
     /// meanwhile: resent with a joined batch on another client batch's retry, or its success
     /// withheld ([`withheld`]).
     owes_answer: bool,
+    /// A copy of it may have reached the broker (one was written, whatever came of it).
+    ever_sent: bool,
     state: State,
 }
 
@@ -265,6 +272,7 @@ impl ClientPartition {
             batch_seq,
             joined: None,
             owes_answer: false,
+            ever_sent: false,
             state: State::InFlight,
         });
     }
@@ -602,6 +610,7 @@ impl Producer {
         // The broker judged the batch it saw: for a joined one, the one that starts there.
         let first = a.batch_seq;
         let joined = a.joined.is_some() || first != seq;
+        a.ever_sent |= error != code::NEVER_SENT;
         let (mut now, reported) = match error {
             code::NONE | code::DUPLICATE_SEQUENCE_NUMBER => {
                 let end = advance(seq, a.records);
@@ -609,6 +618,16 @@ impl Producer {
                 (State::Acked, error)
             }
             _ if was == State::Acked => (State::Acked, code::NONE),
+            code::NEVER_SENT if !a.ever_sent => {
+                // No copy reached the broker: a hole, renumbered (perhaps elsewhere) when the
+                // client retries. Kept pending, it could only go to this target, whose
+                // connection may not come back (a client's connection left idle past its
+                // SASL session): the client would retry it there until it gave up.
+                lane.hole_at = Some(earliest(lane.hole_at, first));
+                (State::Retry, code::UNANSWERED)
+            }
+            // An earlier copy may be appended: resent with the same numbers.
+            code::NEVER_SENT => (State::Pending, code::UNANSWERED),
             code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
                 if lane.hole_at.is_some_and(|h| after(first, h)) {
                     // Behind a refused batch: renumbered when the client retries.

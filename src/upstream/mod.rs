@@ -57,10 +57,17 @@ use kafka_protocol::protocol::Decodable;
 /// The answer to one request: the response payload, or why there is none.
 pub type Reply = Result<Bytes, UpstreamGone>;
 
-/// The broker connection ended before the answer came.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("upstream connection closed before the response arrived")]
-pub struct UpstreamGone;
+/// Why a request has no answer: the broker connection ended (or would not take it) first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamGone {
+    /// Written (or being written) when the connection ended: the broker may have acted on it.
+    #[error("upstream connection closed before the response arrived")]
+    Unanswered,
+    /// Never written to the broker: it certainly did not act on it. (A renumbered batch that
+    /// never left kroute leaves a hole its lane can be rewound over.)
+    #[error("request not sent: its upstream connection could not take it")]
+    NeverSent,
+}
 
 /// Something to do with an answer on the connection's reader, in the order answers arrive,
 /// before it goes on (e.g. recording renumbered batches' outcomes); it may change the answer.
@@ -78,6 +85,8 @@ pub struct PendingReply {
     hook: Option<AnswerHook>,
     /// A raw SASL token (after SaslHandshake v0): its answer has no header to check.
     raw: bool,
+    /// Set when the writer takes it to write: from then on the broker may act on it.
+    written: bool,
 }
 
 impl PendingReply {
@@ -94,6 +103,7 @@ impl PendingReply {
             reply: Some(reply),
             hook: None,
             raw: false,
+            written: false,
         }
     }
 
@@ -127,7 +137,11 @@ impl PendingReply {
 impl Drop for PendingReply {
     fn drop(&mut self) {
         if self.hook.is_some() {
-            self.finish(Err(UpstreamGone));
+            self.finish(Err(if self.written {
+                UpstreamGone::Unanswered
+            } else {
+                UpstreamGone::NeverSent
+            }));
         }
     }
 }
@@ -224,7 +238,10 @@ impl Upstream {
 
     /// Queues a request; fails if the connection is gone.
     pub async fn send(&self, out: Outbound) -> Result<(), UpstreamGone> {
-        self.tx.send(out).await.map_err(|_| UpstreamGone)
+        self.tx
+            .send(out)
+            .await
+            .map_err(|_| UpstreamGone::Unanswered)
     }
 
     /// Queues a request without waiting; if the connection is gone or its queue is full, the
@@ -467,7 +484,8 @@ async fn write_requests(
         if frame.get(..2) == Some(&[0, 0]) {
             link.metrics.produce_bytes.increment(frame.len() as u64);
         }
-        if let Some(pending) = pending {
+        if let Some(mut pending) = pending {
+            pending.written = true;
             // Queue the reply before the bytes leave, so the reader always finds it.
             let sent = Instant::now();
             if let Some(score) = link.is_scored(pending.api_key) {

@@ -65,8 +65,8 @@ impl Injector {
     /// Queues `out` as an injected request, waiting for room in the connection's queue.
     pub async fn send(&self, mut out: Outbound) -> Result<(), UpstreamGone> {
         out.injected = true;
-        let tx = self.tx.upgrade().ok_or(UpstreamGone)?;
-        tx.send(out).await.map_err(|_| UpstreamGone)
+        let tx = self.tx.upgrade().ok_or(UpstreamGone::Unanswered)?;
+        tx.send(out).await.map_err(|_| UpstreamGone::Unanswered)
     }
 }
 

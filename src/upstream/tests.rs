@@ -101,7 +101,7 @@ struct Waiter(oneshot::Receiver<Reply>);
 impl Waiter {
     /// Waits for the reply (the paused clock runs on to the next timer meanwhile).
     async fn reply(self) -> Reply {
-        self.0.await.unwrap_or(Err(UpstreamGone))
+        self.0.await.unwrap_or(Err(UpstreamGone::Unanswered))
     }
 
     fn is_waiting(&mut self) -> bool {
@@ -128,7 +128,7 @@ async fn an_unanswered_request_fails_at_its_deadline_and_closes_the_connection()
     let start = TokioInstant::now();
     // Queued while the reader waits for frames: it learns of it without any answer coming.
     let reply = h.sent(ApiKey::Heartbeat, 4, 1, &heartbeat(1)).reply().await;
-    assert!(matches!(reply, Err(UpstreamGone)));
+    assert!(matches!(reply, Err(UpstreamGone::Unanswered)));
     let waited = start.elapsed();
     assert!(
         waited >= Duration::from_secs(5) && waited < Duration::from_millis(5_010),
@@ -153,7 +153,10 @@ async fn answered_requests_pass_and_each_oldest_gets_its_full_time() {
     tokio::time::sleep(Duration::from_millis(4_900)).await;
     settle().await;
     assert!(second.is_waiting(), "timed out before its own deadline");
-    assert!(matches!(second.reply().await, Err(UpstreamGone)));
+    assert!(matches!(
+        second.reply().await,
+        Err(UpstreamGone::Unanswered)
+    ));
     let waited = start.elapsed();
     assert!(
         waited >= Duration::from_secs(9) && waited < Duration::from_millis(9_010),
@@ -180,7 +183,10 @@ async fn a_long_poll_gets_its_wait_and_the_request_behind_it_starts_after_it() {
     h.answer(1).await;
     assert!(long_poll.reply().await.is_ok());
     // The request behind it was sent at 0 s, but the broker could start on it at 14 s only.
-    assert!(matches!(behind.reply().await, Err(UpstreamGone)));
+    assert!(matches!(
+        behind.reply().await,
+        Err(UpstreamGone::Unanswered)
+    ));
     let waited = start.elapsed();
     assert!(
         waited >= Duration::from_secs(19) && waited < Duration::from_millis(19_010),
@@ -212,4 +218,51 @@ async fn no_limit_when_off_or_for_a_sync_group() {
         h.answer(1).await;
         assert!(reply.reply().await.is_ok());
     }
+}
+
+/// A reply that goes through a hook (as a renumbered batch's does): dropped unanswered, it
+/// says whether the request was ever written.
+fn hooked(correlation_id: i32) -> (PendingReply, oneshot::Receiver<Reply>) {
+    let (tx, rx) = oneshot::channel();
+    let pending = PendingReply::new(ApiKey::Heartbeat as i16, 4, correlation_id, tx)
+        .with_hook(Box::new(|answer| answer));
+    (pending, rx)
+}
+
+#[tokio::test]
+async fn a_request_the_writer_never_wrote_is_known_unsent_and_one_it_wrote_is_not() {
+    let text = "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n";
+    let proxy = Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new()).unwrap();
+    let link = Link::new(&proxy, 2);
+    let (kroute, _broker) = tokio::io::duplex(64 * 1024);
+    let (_rd, wr) = tokio::io::split(kroute);
+    let (tx, rx) = mpsc::channel(8);
+    let (pending_tx, mut pending_rx) = mpsc::unbounded_channel();
+    let (_hangup_tx, hangup) = oneshot::channel();
+    tokio::spawn(write_requests(
+        Box::new(wr),
+        rx,
+        pending_tx,
+        link.clone(),
+        None,
+        hangup,
+    ));
+
+    // Its client re-authenticates: a request kroute injected is dropped, unwritten.
+    link.client_sasl_busy.store(true, Ordering::Relaxed);
+    let (pending, injected) = hooked(1);
+    let mut out = Outbound::new(heartbeat(1), Some(pending));
+    out.injected = true;
+    tx.send(out).await.ok().unwrap();
+    assert_eq!(injected.await.unwrap(), Err(UpstreamGone::NeverSent));
+
+    // The client's own request is written; its connection ends before the answer.
+    let (pending, own) = hooked(2);
+    tx.send(Outbound::new(heartbeat(2), Some(pending)))
+        .await
+        .ok()
+        .unwrap();
+    let in_flight = pending_rx.recv().await.unwrap();
+    drop(in_flight);
+    assert_eq!(own.await.unwrap(), Err(UpstreamGone::Unanswered));
 }

@@ -91,12 +91,17 @@ pub fn record(
         Some((header, ProduceResponse::decode(&mut body, version).ok()?))
     });
     let Some((header, mut response)) = decoded else {
-        // No answer (or none kroute can read): each batch may or may not be appended.
+        // No answer (or none kroute can read): each batch may or may not be appended, unless
+        // this request never left kroute.
+        let (said, gone) = match answer {
+            Err(UpstreamGone::NeverSent) => (code::NEVER_SENT, UpstreamGone::NeverSent),
+            _ => (code::UNANSWERED, UpstreamGone::Unanswered),
+        };
         for b in batches {
-            sequences.resolve(&b.key, b.target, b.seq, code::UNANSWERED);
-            tracing::trace!(key = ?b.key, b.target, b.seq, "unanswered");
+            sequences.resolve(&b.key, b.target, b.seq, said);
+            tracing::trace!(key = ?b.key, b.target, b.seq, said, "unanswered");
         }
-        return Err(UpstreamGone);
+        return Err(gone);
     };
     // What the broker said per partition, before it is rewritten for the client: the batches
     // of a joined batch share one partition answer.
@@ -136,7 +141,7 @@ pub fn record(
     let mut out = BytesMut::with_capacity(header.len() + 64);
     out.extend_from_slice(&header);
     if response.encode(&mut out, version).is_err() {
-        return Err(UpstreamGone);
+        return Err(UpstreamGone::Unanswered);
     }
     Ok(out.freeze())
 }
@@ -189,7 +194,7 @@ pub fn answer_for_tests(version: i16, topic: &TopicName, partitions: &[(i32, i16
     }
     response
         .encode(&mut out, version)
-        .map_err(|_| UpstreamGone)?;
+        .map_err(|_| UpstreamGone::Unanswered)?;
     Ok::<Bytes, UpstreamGone>(out.freeze())
 }
 
@@ -320,7 +325,7 @@ mod tests {
                 &metrics,
                 VERSION,
                 &[a.clone(), b.clone()],
-                Err(UpstreamGone)
+                Err(UpstreamGone::Unanswered)
             )
             .is_err()
         );

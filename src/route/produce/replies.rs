@@ -69,7 +69,7 @@ pub fn answer_joined(answer: &Reply, version: i16, waiters: Vec<JoinedWaiter>) {
                 mine.log_append_time_ms = p.log_append_time_ms;
                 Ok(partition_answer(&w.shape, &w.topic, mine))
             }
-            None => Err(UpstreamGone),
+            None => Err(UpstreamGone::Unanswered),
         };
         let _ = w.reply.send(reply);
     }

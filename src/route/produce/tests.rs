@@ -24,6 +24,7 @@ use crate::route::sequence::{BatchKey, Lookup};
 use crate::security::Permit;
 use crate::upstream::Reply;
 use crate::upstream::UpstreamGone;
+use silent_broker::SilentBroker;
 
 const VERSION: i16 = 11;
 
@@ -54,6 +55,14 @@ fn proxy_with(strategy: &str, routing: &str) -> Arc<Proxy> {
         ])),
     )]);
     p
+}
+
+/// [`proxy_with`] whose brokers are one [`SilentBroker`]: requests are written and stay
+/// unanswered until the test cuts them off.
+async fn silent_proxy(routing: &str) -> (Arc<Proxy>, SilentBroker) {
+    let p = proxy_with("strict-cost", routing);
+    let broker = SilentBroker::serve(&p).await;
+    (p, broker)
 }
 
 /// Makes broker `slow` answer in 40 ms and the others in 2 ms, as seen by the scores.
@@ -391,7 +400,7 @@ fn a_lost_part_is_a_retriable_error_for_its_partitions_only() {
     let merged = s
         .merge
         .unwrap()
-        .merge(vec![part_answer(0, 0, 3, 0), Err(UpstreamGone)]);
+        .merge(vec![part_answer(0, 0, 3, 0), Err(UpstreamGone::Unanswered)]);
     let resp = ProduceResponse::decode(&mut merged.slice(5..), VERSION).unwrap();
     let errors: Vec<(i32, i16)> = resp.responses[0]
         .partition_responses
@@ -492,7 +501,7 @@ fn batches_overflow_to_the_next_broker_when_partitions_run_out() {
 
 #[tokio::test]
 async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_same_numbers() {
-    let p = proxy("strict-cost");
+    let (p, broker) = silent_proxy("").await;
     slow_broker(&p, 1);
     p.router.producers.own(5, Instant::now());
     // The client numbered it from 1000 on partition 0.
@@ -510,7 +519,8 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
         &0i32.to_be_bytes(),
         "kroute's numbering of partition {target}"
     );
-    // The test has no brokers: the part is never sent, its answer is "none came"...
+    // The broker read it, and its connection ended before it answered: no answer came...
+    broker.cut_after(1).await;
     let part = first.parts.into_iter().next().unwrap();
     assert!(part.sent.unwrap().await.unwrap().is_err());
 
@@ -537,7 +547,7 @@ async fn an_owned_producers_retry_goes_where_its_first_attempt_went_with_the_sam
 /// the same numbers.
 #[tokio::test]
 async fn an_owned_producers_mixed_batch_is_divided_and_its_retry_follows_both_parts() {
-    let p = proxy("strict-cost");
+    let (p, broker) = silent_proxy("").await;
     slow_broker(&p, 1);
     p.router.producers.own(5, Instant::now());
     let keys = [None, Some("k"), None, Some("k"), None];
@@ -578,7 +588,9 @@ async fn an_owned_producers_mixed_batch_is_divided_and_its_retry_follows_both_pa
         } else {
             assert_eq!(sent, first, "the retry goes where the first attempt went");
         }
-        // (No broker here: no answer came, and the client retries.)
+        // The broker read both parts, and its connections ended before it answered: no
+        // answer came, and the client retries.
+        broker.cut_after(2).await;
         for part in s.parts {
             assert!(part.sent.unwrap().await.unwrap().is_err());
         }
@@ -672,7 +684,7 @@ fn key(partition: i32, base: i32) -> BatchKey {
 
 #[tokio::test]
 async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one() {
-    let p = proxy("strict-cost");
+    let (p, broker) = silent_proxy("").await;
     let lanes = fill_every_lane(&p);
     let owner = p.router.producers.get(5).unwrap();
 
@@ -695,7 +707,8 @@ async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one
         assert_eq!(state.sequences.lookup(&key(0, 2)), Lookup::StillInFlight);
     }
     drop(unsent);
-    // (No broker here: the request it went out in is answered "none came".)
+    // The broker read the six first batches and this one; its connections end unanswered.
+    broker.cut_after(7).await;
     let answers = vec![answer.await.unwrap()];
     assert_eq!(
         merged_errors(&s.merge.unwrap().merge(answers)),
@@ -712,7 +725,7 @@ async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one
 
 #[tokio::test]
 async fn a_waiting_batch_is_answered_retriable_at_its_deadline_and_later_ones_follow_it() {
-    let p = proxy("strict-cost");
+    let (p, _broker) = silent_proxy("").await;
     fill_every_lane(&p);
     let owner = p.router.producers.get(5).unwrap();
     let mut waiting = Vec::new();
@@ -773,7 +786,7 @@ fn a_waiting_batch_is_answered_under_the_client_partition_wherever_it_went() {
         "placed on the client's own partition: offsets are kept"
     );
     assert_eq!(
-        merge_of(Err(UpstreamGone)),
+        merge_of(Err(UpstreamGone::Unanswered)),
         vec![(0, UNANSWERED, -1), (1, 0, 50)]
     );
 }
@@ -838,10 +851,10 @@ fn a_success_is_merged_as_retriable_while_an_earlier_batch_of_its_partition_wait
     assert_eq!(merge_b(from_memory, vec![]), vec![(0, code::NONE)]);
 }
 
-#[test]
-fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
+#[tokio::test]
+async fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
     // (With joining off: a batch that cannot be joined queues deep, see the end.)
-    let p = proxy_with("strict-cost", "lane_spill_depth = 1\njoin_max_bytes = 0");
+    let (p, _broker) = silent_proxy("lane_spill_depth = 1\njoin_max_bytes = 0").await;
     slow_broker(&p, 1);
     let lanes = fill_every_lane(&p);
     let owner = p.router.producers.get(5).unwrap();
@@ -889,7 +902,7 @@ fn a_busy_lane_spills_to_an_idle_partition_of_a_slower_broker() {
 
 #[tokio::test]
 async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
-    let p = proxy("strict-cost");
+    let (p, broker) = silent_proxy("").await;
     let lanes = fill_every_lane(&p);
     let owner = p.router.producers.get(5).unwrap();
     // Every lane carries its first batch: these three wait (two of client partition 0).
@@ -924,7 +937,9 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
         assert!(state.waiting.is_empty());
     }
     drop(unsent);
-    // (No broker here: the joined request is answered "none came", to each batch's request.)
+    // The broker read the six first batches and the joined one; its connections end
+    // unanswered: "none came", to each batch's request.
+    broker.cut_after(7).await;
     for ((merge, answer), partition) in waiting.into_iter().zip([0, 1, 0]) {
         let merged = merge.merge(vec![answer.await.unwrap()]);
         assert_eq!(merged_errors(&merged), vec![(partition, UNANSWERED)]);
@@ -953,7 +968,7 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
 
 #[tokio::test]
 async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batches_there() {
-    let p = proxy("strict-cost");
+    let (p, broker) = silent_proxy("").await;
     p.cluster.observe_topics(vec![(
         "tj".into(),
         Some(TopicLayout::new([
@@ -1001,7 +1016,9 @@ async fn batches_of_one_request_beyond_the_fast_brokers_partitions_join_its_batc
         let sequences: Vec<i32> = batches[0].records.iter().map(|r| r.sequence).collect();
         assert_eq!(sequences, vec![0, 1, 2, 3], "partition {target}");
     }
-    // (No broker here: the requests are answered "none came", for each client partition.)
+    // The broker read both requests; its connections end unanswered: "none came", for each
+    // client partition.
+    broker.cut_after(s.parts.len()).await;
     let mut answers = Vec::new();
     for part in s.parts.iter_mut() {
         answers.push(part.sent.take().unwrap().await.unwrap());

@@ -387,6 +387,49 @@ fn a_refused_batch_makes_a_hole_that_is_rewound_once_nothing_is_in_flight() {
 }
 
 #[test]
+fn a_batch_that_never_left_kroute_is_a_hole_and_its_retry_is_placed_afresh() {
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(0, 0, 0, 2), 1);
+    let unsent = key(0, 0, 2, 3);
+    let behind = key(1, 0, 0, 1);
+    assert_eq!(place(&mut p, &unsent, 1), 2);
+    assert_eq!(place(&mut p, &behind, 1), 5);
+    // Its connection could not take it: retriable for the client, and certainly not appended,
+    // so it is not pinned to lane 1 (whose connection may not come back).
+    assert_eq!(answer(&mut p, &unsent, 1, 2, NEVER_SENT), UNANSWERED);
+    assert_eq!(p.lookup(&unsent), Lookup::Fresh);
+    assert_eq!(place_acked(&mut p, &unsent, 2), 0);
+    // The batch behind it is refused out of order; then the lane rewinds over both.
+    assert!(!p.lane_takes(&topic(), 1, 0));
+    assert_eq!(
+        answer(&mut p, &behind, 1, 5, OUT_OF_ORDER_SEQUENCE_NUMBER),
+        REQUEST_TIMED_OUT
+    );
+    assert!(p.lane_takes(&topic(), 1, 0));
+    assert_eq!(place(&mut p, &behind, 1), 2);
+}
+
+#[test]
+fn a_resend_that_never_left_kroute_keeps_its_numbers_if_an_earlier_copy_went_out() {
+    let mut p = Producer::default();
+    place_acked(&mut p, &key(0, 0, 0, 2), 1);
+    let k = key(0, 0, 2, 3);
+    assert_eq!(place(&mut p, &k, 1), 2);
+    // The first copy went out and its answer was lost: perhaps appended.
+    assert_eq!(
+        answer(&mut p, &k, 1, 2, NETWORK_EXCEPTION),
+        NETWORK_EXCEPTION
+    );
+    assert_eq!(p.lookup(&k), Lookup::Resend { target: 1, seq: 2 });
+    // The resend never left kroute: the first copy may still be in the log, so the next
+    // retry goes to the same lane with the same numbers again.
+    assert_eq!(answer(&mut p, &k, 1, 2, NEVER_SENT), UNANSWERED);
+    assert_eq!(p.lookup(&k), Lookup::Resend { target: 1, seq: 2 });
+    assert_eq!(answer(&mut p, &k, 1, 2, DUPLICATE_SEQUENCE_NUMBER), 46);
+    assert_eq!(p.unresolved(), 0);
+}
+
+#[test]
 fn a_lost_batch_behind_a_hole_is_renumbered_after_the_rewind() {
     let mut p = Producer::default();
     place_acked(&mut p, &key(0, 0, 0, 1), 1);
@@ -1014,6 +1057,8 @@ mod model {
         RequestLost,
         /// The broker handled it, but its answer was lost.
         AnswerLost,
+        /// Its connection could not take it: it never left kroute, which knows it.
+        NeverSent,
     }
 
     #[derive(Debug, Clone)]
@@ -1378,6 +1423,7 @@ mod model {
             let req = queue.remove(i).unwrap();
             let error = match fate {
                 Fate::RequestLost => NETWORK_EXCEPTION,
+                Fate::NeverSent => NEVER_SENT,
                 Fate::Answered => self.broker(lane, &req, duplicate_code),
                 Fate::AnswerLost => {
                     self.broker(lane, &req, duplicate_code);
@@ -1578,6 +1624,7 @@ mod model {
             8 => Just(Fate::Answered),
             1 => Just(Fate::RequestLost),
             1 => Just(Fate::AnswerLost),
+            1 => Just(Fate::NeverSent),
         ];
         let skip = prop_oneof![4 => Just(0usize), 1 => any::<usize>()];
         let deliver = (0..4usize, skip, fate, any::<bool>()).prop_map(
