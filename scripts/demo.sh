@@ -30,7 +30,9 @@
 # are deleted); one in direct mode, or one with a broker already slowed or capped, is refused.
 # Files: target/demo/ (each run's producer output, end offsets, kroute's log and metrics).
 # About 90 s with a cluster to start (70 s with one running; 2 cores), once the static build below
-# is done and Kafka's jars are cached (~/.cache/kroute); that build takes ~7 minutes the first time.
+# is done and Kafka's jars are cached (~/.cache/kroute). The first run on a fresh machine also
+# compiles kroute and fetches the jars meanwhile: 281 s in all on 2 cores, 179 s of it the
+# build (docs/benchmarks.md, "First run").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records=${1:-60000}
@@ -54,13 +56,23 @@ say() { echo "demo: $*" >&2; }
 die() { echo "demo: FAILED: $*" >&2; exit 1; }
 demo_start=$SECONDS
 
+# Kafka's jars (from Maven Central, the first time) download while kroute compiles.
+scripts/cluster.sh lib >"$work/fetch-jars.log" 2>&1 &
+jars_pid=$!
+
 # kroute and the relays that slow a broker, in one static release build: the build scripts/cluster.sh
-# makes of the relay (and scripts/image.sh of kroute), so the dependencies compile once
+# makes of the relay (and scripts/image.sh of kroute), so the dependencies compile once. With the
+# system allocator (STATIC_ALLOCATOR=system): jemalloc's C build was half of a first run's compile
+# time, and the demo's three short runs do not depend on the allocator (the image's kroute, built
+# by scripts/image.sh, has jemalloc).
 # shellcheck source=scripts/static-build.sh
 . scripts/static-build.sh
 kroute_bin=${CARGO_TARGET_DIR:-target}/$STATIC_TARGET/release/kroute
 say "building kroute and delay_relay (static release build, target/$STATIC_TARGET)"
-static_build kroute delay_relay
+STATIC_ALLOCATOR=system static_build kroute delay_relay
+say "  built ($((SECONDS - demo_start)) s since the start)"
+wait "$jars_pid" || { cat "$work/fetch-jars.log" >&2; die "fetching Kafka's jars failed"; }
+jars_pid=''
 
 # --- the cluster ---------------------------------------------------------------------------------
 started_here=0 slowed=0 kroute_pid='' topics=()
@@ -72,6 +84,7 @@ unslow() { # back to full speed, unless someone else changed the setting meanwhi
 cleanup() {
   local rc=$?
   set +e
+  [ -n "$jars_pid" ] && kill "$jars_pid" 2>/dev/null
   [ "$slowed" = 1 ] && unslow
   [ -n "$kroute_pid" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
   if [ "$started_here" = 1 ]; then

@@ -10,10 +10,16 @@
 # neither build invalidates the other.
 STATIC_TARGET=x86_64-unknown-linux-gnu
 
+#
+# STATIC_ALLOCATOR=system builds without the jemalloc feature (the system allocator): the demo's
+# build, whose few short runs do not depend on the allocator, without jemalloc's C build (125 s
+# of the 270 s a first build took on 2 cores, docs/benchmarks.md "First run"). The dependencies
+# are the same either way; cargo keeps both builds of kroute's own crate.
 static_build() {
-  local bins=() b
+  local bins=() b features=()
   for b in "$@"; do bins+=(--bin "$b"); done
+  if [ "${STATIC_ALLOCATOR:-jemalloc}" = system ]; then features=(--no-default-features); fi
   RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
-    cargo build --quiet --release --target "$STATIC_TARGET" "${bins[@]}"
+    cargo build --quiet --release --target "$STATIC_TARGET" "${features[@]}" "${bins[@]}"
 }

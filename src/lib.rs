@@ -18,6 +18,7 @@ pub mod config;
 pub mod lag;
 pub mod listener;
 pub mod log_every;
+pub mod log_filter;
 pub mod metrics;
 pub mod open_files;
 pub mod protocol;

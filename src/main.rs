@@ -216,20 +216,22 @@ fn ask_admin(command: Command, configured: &str) -> ExitCode {
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`): text lines, or one JSON object
 /// per line (the event's fields at the top level).
 fn init_logging(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let logs = tracing_subscriber::registry().with(kroute::log_filter::from_env());
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     match format {
         LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with(lines.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())))
             .init(),
         LogFormat::Json => logs
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
+            .with(
+                lines
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(false),
+            )
             .init(),
     }
 }
