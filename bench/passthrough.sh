@@ -217,8 +217,25 @@ cpu_ticks() { # PID [children]: utime+stime (+cutime+cstime) in clock ticks
   awk -v ch="${2:-}" '{ t = $12 + $13; if (ch == "children") t += $14 + $15; print t }' <<<"$f"
 }
 CLK_TCK=$(getconf CLK_TCK)
+# PID: "utime stime" in clock ticks, where the time went: kroute's own code, or the kernel's
+# (socket reads and writes; on loopback the sender also pays for delivering to the receiver)
+cpu_split() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'; }
+# TICKS0 TICKS1: "user U s, system S s" between two cpu_split readings
+cpu_split_text() {
+  awk -v a="$1" -v b="$2" -v h="$CLK_TCK" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    printf "user %.2f s, system %.2f s", (y[1] - x[1]) / h, (y[2] - x[2]) / h }'
+}
 
 relay_ticks() { local p t=0; for p in "${relay_pids[@]}"; do t=$((t + $(cpu_ticks "$p" children))); done; echo $t; }
+# the relays' "utime stime" (their exited per-connection children's included), as cpu_split
+relay_split() {
+  local p u=0 s=0 a b
+  for p in "${relay_pids[@]}"; do
+    read -r a b < <(sed 's/^.*) //' "/proc/$p/stat" | awk '{ print $12 + $14, $13 + $15 }')
+    u=$((u + a)) s=$((s + b))
+  done
+  echo "$u $s"
+}
 relay_children() { local p n=0; for p in "${relay_pids[@]}"; do n=$((n + $(ps -o pid= --ppid "$p" | wc -l))); done; echo $n; }
 no_relay_children() { [ "$(relay_children)" = 0 ]; }
 veth_rx() { if [ "$RELAY" = 1 ]; then cat "/sys/class/net/$VETH_HOST/statistics/rx_bytes"; else echo 0; fi; }
@@ -426,6 +443,7 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   esac
   local kb0 kr0 kc0 kt0 rb0 rc0 rt0 t0 kb1 kr1 kc1 kt1 rb1 rc1 rt1 t1
   kb0=$(kroute_produce_bytes); kr0=$(kroute_produce_requests); kc0=$(kroute_connections); kt0=$(cpu_ticks "$kroute_pid")
+  local ks0 ks1 rs0 rs1; ks0=$(cpu_split "$kroute_pid"); rs0=$(relay_split)
   rb0=$(veth_rx); rc0=$(relay_connections); rt0=$(relay_ticks); t0=$(date +%s.%N)
   if ! "${prefix[@]}" "${PRODUCER_JVM[@]}" \
       --topic "$TOPIC" --num-records "$n" --record-size "$RECORD_SIZE" --throughput "$tput" "${CLIENT_CONFIG[@]}" \
@@ -438,6 +456,7 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   # parents' cutime/cstime
   poll 100 0.1 no_relay_children || die "relay connections still open 10s after the producer exited"
   kb1=$(kroute_produce_bytes); kr1=$(kroute_produce_requests); kc1=$(kroute_connections); kt1=$(cpu_ticks "$kroute_pid")
+  ks1=$(cpu_split "$kroute_pid"); rs1=$(relay_split)
   rb1=$(veth_rx); rc1=$(relay_connections); rt1=$(relay_ticks)
   kill -0 "$kroute_pid" 2>/dev/null || die "kroute exited (see $OUT/kroute.log)"
 
@@ -471,6 +490,8 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   local wall; wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   say "$(printf '%-5s %-6s %-6s %8.0f rec/s %7.2f MB/s avg %8.2f ms p99 %5d ms | kroute +%d B Produce (%d req, %d conn) cpu %ss | relay +%d B (%d conn) cpu %ss' \
     "$phase" "$round" "$case" "$rps" "$mbps" "$avg" "$p99" "$dkb" "$dkr" "$dkc" "$kcpu" "$drb" "$drc" "$rcpu")"
+  [ "$case" != kroute ] || say "      kroute's cpu: $(cpu_split_text "$ks0" "$ks1")"
+  [ "$case" != relay ] || say "      the relays' cpu: $(cpu_split_text "$rs0" "$rs1")"
   [ "$round" = warmup ] && return 0
   printf '%s\n' "$phase	$round	$case	$n	$rps	$mbps	$avg	$max	$p50	$p95	$p99	$p999	$tput	$dkb	$dkr	$dkc	$kcpu	$drb	$drc	$rcpu	$wall" >>"$RESULTS"
 }
