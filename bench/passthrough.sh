@@ -69,6 +69,8 @@
 #   BENCH_WARMUP_RECORDS  one uncounted run per case before the rounds (0 = none) [50000]
 #   BENCH_PHASES          "max fixed", "max fetch", ... (any of max, fixed, fetch) [max fixed]
 #   BENCH_FETCH_RECORDS   records per fetch run (the topic must hold them) [BENCH_RECORDS]
+#   BENCH_FETCH_CLIENT    java (ConsumerPerformance) or librdkafka (examples/rdkafka_consume.rs,
+#                         its defaults; built with BENCH_BUILD=1; unsecured runs only) [java]
 #   BENCH_DOCS            file whose results section (one per BENCH_SECURITY) is replaced,
 #                         "none" to skip [docs/benchmarks.md]
 #   BENCH_BUILD           1 = cargo build --release first [1]
@@ -98,6 +100,8 @@ PHASES=${BENCH_PHASES:-max fixed}
 FETCH_RECORDS=${BENCH_FETCH_RECORDS:-$RECORDS}
 DOCS=${BENCH_DOCS:-docs/benchmarks.md}
 BUILD=${BENCH_BUILD:-1}
+FETCH_CLIENT=${BENCH_FETCH_CLIENT:-java}
+RDKAFKA_CONSUME_BIN=${RDKAFKA_CONSUME_BIN:-target/release/examples/rdkafka_consume}
 KROUTE_BIN=${KROUTE_BIN:-target/release/kroute}
 
 SECURITY=${BENCH_SECURITY:-none}
@@ -338,7 +342,16 @@ say "brokers advertise ${advertised%,} (checked in metadata)"
 if [ "$BUILD" = 1 ]; then
   say "cargo build --release"
   cargo build --release --quiet || die "cargo build --release failed"
+  if [ "$FETCH_CLIENT" = librdkafka ]; then
+    cargo build --release --quiet --example rdkafka_consume || die "cargo build --example rdkafka_consume failed"
+  fi
 fi
+case $FETCH_CLIENT in
+  java) ;;
+  librdkafka) [ "$SECURITY" = none ] || die "BENCH_FETCH_CLIENT=librdkafka: unsecured runs only"
+    [ -x "$RDKAFKA_CONSUME_BIN" ] || die "$RDKAFKA_CONSUME_BIN not found (BENCH_BUILD=1 builds it)" ;;
+  *) die "BENCH_FETCH_CLIENT must be java or librdkafka (got '$FETCH_CLIENT')" ;;
+esac
 [ -x "$KROUTE_BIN" ] || die "$KROUTE_BIN not found (cargo build --release)"
 
 for p in "$KROUTE_BOOTSTRAP_PORT" $((KROUTE_BROKER_BASE + 1)) $((KROUTE_BROKER_BASE + 2)) $((KROUTE_BROKER_BASE + 3)) "${KROUTE_ADMIN##*:}"; do
@@ -515,9 +528,11 @@ run_fetch_case() { # ROUND CASE
   esac
   local kb0 kt0 rb0 rt0 t0 kb1 kt1 rb1 rt1 t1 rss
   kb0=$(kroute_fetch_bytes); kt0=$(cpu_ticks "$kroute_pid"); rb0=$(veth_tx); rt0=$(relay_ticks); t0=$(date +%s.%N)
-  if ! "${prefix[@]}" "${CONSUMER_JVM[@]}" --bootstrap-server "$bootstrap" --topic "$TOPIC" \
-      --messages "$n" --timeout 60000 --group "kroute-bench-fetch-$round-$case-$$" \
-      "${CONSUMER_CONFIG[@]}" >"$log" 2>&1; then
+  local consumer=("${CONSUMER_JVM[@]}" --bootstrap-server "$bootstrap" --topic "$TOPIC"
+    --messages "$n" --timeout 60000 --group "kroute-bench-fetch-$round-$case-$$" "${CONSUMER_CONFIG[@]}")
+  # the same result line either way (examples/rdkafka_consume.rs prints ConsumerPerformance's)
+  [ "$FETCH_CLIENT" = java ] || consumer=("$RDKAFKA_CONSUME_BIN" "$bootstrap" "$TOPIC" "$n")
+  if ! "${prefix[@]}" "${consumer[@]}" >"$log" 2>&1; then
     tail -n 20 "$log" >&2; die "consumer failed (fetch round $round, $case): $log"
   fi
   t1=$(date +%s.%N)

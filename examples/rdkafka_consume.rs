@@ -1,0 +1,137 @@
+//! A librdkafka performance consumer: Kafka's `ConsumerPerformance` (the Java consumer perf
+//! test) for librdkafka, so bench/passthrough.sh's fetch phase can read with either client
+//! (`BENCH_FETCH_CLIENT=librdkafka`).
+//!
+//! ```text
+//! cargo build --release --example rdkafka_consume
+//! target/release/examples/rdkafka_consume BOOTSTRAP TOPIC RECORDS [k=v ...]
+//! ```
+//!
+//! - Reads RECORDS records of TOPIC from the earliest offset in a fresh consumer group
+//!   (`kroute-bench-rdkafka-<pid>-<ms>`), with librdkafka's defaults otherwise; `k=v` client
+//!   properties go to librdkafka as they are (and override the ones above).
+//! - Fails (exit 1) if no record arrives for 60 s, or on a consumer error.
+//! - stdout: ONE line at the end, in the format of ConsumerPerformance's result line
+//!   (`start, end, MB, MB/s, records, records/s, rebalance ms, fetch ms, fetch MB/s, fetch
+//!   records/s`), MB counted from record values (MiB, as Kafka's tool does). "fetch" is the time
+//!   from the first record to the last, without the group join before it.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+
+/// How long to wait for the next record before giving up.
+const IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdkafka_consume: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<String, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [bootstrap, topic, records, props @ ..] = args.as_slice() else {
+        return Err("usage: rdkafka_consume BOOTSTRAP TOPIC RECORDS [k=v ...]".into());
+    };
+    let records: u64 = records.parse().map_err(|e| format!("RECORDS: {e}"))?;
+    let start_wall = SystemTime::now();
+    let group = format!(
+        "kroute-bench-rdkafka-{}-{}",
+        std::process::id(),
+        start_wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    );
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", &group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false");
+    for prop in props {
+        let (k, v) = prop
+            .split_once('=')
+            .ok_or_else(|| format!("not k=v: {prop}"))?;
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+    consumer.subscribe(&[topic]).map_err(|e| e.to_string())?;
+
+    let start = Instant::now();
+    let (mut count, mut bytes) = (0u64, 0u64);
+    let (mut first, mut last) = (None, start);
+    while count < records {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = now;
+                count += 1;
+                bytes += message.payload().map_or(0, |p| p.len() as u64);
+            }
+            Some(Err(e)) => return Err(format!("consumer error: {e}")),
+            None if last.elapsed() > IDLE_LIMIT => {
+                return Err(format!(
+                    "no record for {IDLE_LIMIT:?} after {count} records"
+                ));
+            }
+            None => {}
+        }
+    }
+    let total = start.elapsed();
+    let first = first.unwrap_or(start);
+    let fetch = last.duration_since(first);
+    let rebalance = first.duration_since(start);
+    let mb = bytes as f64 / (1024.0 * 1024.0);
+    let per_s = |x: f64, d: Duration| x / d.as_secs_f64().max(1e-9);
+    Ok(format!(
+        "{}, {}, {mb:.4}, {:.4}, {count}, {:.4}, {}, {}, {:.4}, {:.4}",
+        timestamp(start_wall),
+        timestamp(start_wall + total),
+        per_s(mb, total),
+        per_s(count as f64, total),
+        rebalance.as_millis(),
+        fetch.as_millis(),
+        per_s(mb, fetch),
+        per_s(count as f64, fetch),
+    ))
+}
+
+/// `YYYY-MM-DD HH:MM:SS:mmm` in UTC, as ConsumerPerformance prints its times.
+fn timestamp(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs() as i64;
+    let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}:{:03}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's civil_from_days).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
