@@ -35,6 +35,7 @@ use bytes::Bytes;
 
 /// Kafka error codes this state machine reacts to.
 pub mod code {
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const NONE: i16 = 0;
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const REQUEST_TIMED_OUT: i16 = 7;
@@ -584,9 +585,9 @@ impl Producer {
         Some(seq)
     }
 
-    /// Records the broker's answer (`error`, or [`code::UNANSWERED`] when none came) for the
-    /// batch `key` sent to `target` with base sequence `seq`; returns the error code to report
-    /// to the client.
+    /// Records the broker's answer (`error`; [`code::UNANSWERED`] when none came, or
+    /// [`code::NEVER_SENT`] when this copy never left kroute) for the batch `key` sent to
+    /// `target` with base sequence `seq`; returns the error code to report to the client.
     pub fn resolve(&mut self, key: &BatchKey, target: i32, seq: i32, error: i16) -> i16 {
         let tp = (key.topic.clone(), target);
         let Some((client_epoch, a)) = self

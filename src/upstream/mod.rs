@@ -499,11 +499,12 @@ async fn write_requests(
                 bytes: frame.len(),
                 limit,
             };
-            if let Err(unsent) = pending_tx.send(in_flight) {
+            if let Err(mut unsent) = pending_tx.send(in_flight) {
                 // Reader gone: the broker closed the connection. This request never left.
                 if let Some(score) = link.is_scored(unsent.0.pending.api_key) {
                     score.abandoned(unsent.0.bytes);
                 }
+                unsent.0.pending.written = false;
                 return;
             }
         }

@@ -14,8 +14,8 @@
 //! An injected request never goes out while the connection's client re-authenticates
 //! (KIP-368), nor near the end of its SASL session, after which the broker would close the
 //! connection ([`super::SaslGate::accepted`]): the connection's writer drops it, and its reply
-//! fails like an unanswered request, which every caller treats as retriable. Such a
-//! connection is not offered to routing meanwhile.
+//! fails as never sent ([`super::UpstreamGone::NeverSent`]), which every caller treats as
+//! retriable. Such a connection is not offered to routing meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Arc;

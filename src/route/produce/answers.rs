@@ -117,11 +117,17 @@ pub fn record(
             sequences.resolve(&b.key, b.target, b.seq, code::UNANSWERED);
             continue;
         };
+        // A broker's code never reads as kroute's own "never sent" (a broken broker could
+        // send -32768): that would make an appended batch a hole, and its retry a duplicate.
+        let broker_code = match p.error_code {
+            code::NEVER_SENT => code::UNKNOWN_SERVER_ERROR,
+            error => error,
+        };
         let said = match said_for.iter().find(|s| *s.0 == b.topic && s.1 == b.target) {
             Some(s) => s.2,
             None => {
-                said_for.push((&b.topic, b.target, p.error_code));
-                p.error_code
+                said_for.push((&b.topic, b.target, broker_code));
+                broker_code
             }
         };
         let reported = sequences.resolve(&b.key, b.target, b.seq, said);
@@ -276,6 +282,25 @@ mod tests {
             Lookup::Resend {
                 target: 0,
                 seq: b.seq
+            }
+        );
+    }
+
+    #[test]
+    fn a_broker_code_equal_to_never_sent_is_an_unknown_error_not_a_hole() {
+        let metrics = Metrics::new().sequencing;
+        let mut p = Producer::default();
+        let first = numbered(&mut p, &key(0, 0), 0);
+        let odd = answer_for_tests(VERSION, &topic(), &[(0, code::NEVER_SENT)]);
+        let passed = record(&mut p, &metrics, VERSION, std::slice::from_ref(&first), odd);
+        // The client hears what the broker said; kroute takes it as an unknown error: perhaps
+        // appended, so the retry goes where the batch went, with the same numbers.
+        assert_eq!(errors(&passed), vec![(0, code::NEVER_SENT)]);
+        assert_eq!(
+            p.lookup(&first.key),
+            Lookup::Resend {
+                target: 0,
+                seq: first.seq
             }
         );
     }
