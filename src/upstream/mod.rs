@@ -236,12 +236,9 @@ impl Upstream {
         !self.link.reader_done.load(Ordering::Relaxed) && !self.tx.is_closed()
     }
 
-    /// Queues a request; fails if the connection is gone.
+    /// Queues a request; fails if the connection is gone (the request then never left).
     pub async fn send(&self, out: Outbound) -> Result<(), UpstreamGone> {
-        self.tx
-            .send(out)
-            .await
-            .map_err(|_| UpstreamGone::Unanswered)
+        self.tx.send(out).await.map_err(|_| UpstreamGone::NeverSent)
     }
 
     /// Queues a request without waiting; if the connection is gone or its queue is full, the

@@ -65,8 +65,8 @@ impl Injector {
     /// Queues `out` as an injected request, waiting for room in the connection's queue.
     pub async fn send(&self, mut out: Outbound) -> Result<(), UpstreamGone> {
         out.injected = true;
-        let tx = self.tx.upgrade().ok_or(UpstreamGone::Unanswered)?;
-        tx.send(out).await.map_err(|_| UpstreamGone::Unanswered)
+        let tx = self.tx.upgrade().ok_or(UpstreamGone::NeverSent)?;
+        tx.send(out).await.map_err(|_| UpstreamGone::NeverSent)
     }
 }
 
@@ -229,6 +229,13 @@ mod tests {
         Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new()).unwrap()
     }
 
+    /// Whether `injector` gives back a request queued now.
+    fn refuses(injector: &Injector) -> bool {
+        injector
+            .try_send(Outbound::new(Bytes::new(), None))
+            .is_err()
+    }
+
     fn principal(name: &str) -> Arc<Principal> {
         let token = format!("\0{name}\0secret");
         Arc::new(Mechanism::Plain.principal(token.as_bytes()).unwrap())
@@ -262,11 +269,7 @@ mod tests {
         // Its client starts a SASL exchange (KIP-368): nothing goes out until it is over.
         let gate = upstream.client_sasl_started();
         assert!(!connections.reaches(&alice, 2));
-        assert!(
-            injector
-                .try_send(Outbound::new(Bytes::new(), None))
-                .is_err()
-        );
+        assert!(refuses(&injector));
         gate.accepted(10_000);
         gate.open();
         assert!(connections.reaches(&alice, 2));
@@ -276,11 +279,7 @@ mod tests {
         assert!(connections.reaches(&alice, 2));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(!connections.reaches(&alice, 2));
-        assert!(
-            injector
-                .try_send(Outbound::new(Bytes::new(), None))
-                .is_err()
-        );
+        assert!(refuses(&injector));
         gate.accepted(0);
         assert!(
             connections.reaches(&alice, 2),
@@ -295,11 +294,7 @@ mod tests {
         // The client closes its connection: the injector cannot keep it open.
         drop(upstream);
         assert!(!connections.reaches(&alice, 2));
-        assert!(
-            injector
-                .try_send(Outbound::new(Bytes::new(), None))
-                .is_err()
-        );
+        assert!(refuses(&injector));
         drop(again);
     }
 

@@ -346,18 +346,6 @@ impl Drop for Kroute {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if std::thread::panicking() {
-            // A failed test shows what kroute said: its warnings, and the last lines.
-            let logs = self.logs.lock().map(|l| l.clone()).unwrap_or_default();
-            let warnings = logs
-                .iter()
-                .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "));
-            let tail = &logs[logs.len().saturating_sub(20)..];
-            eprintln!("kroute's warnings and errors:");
-            warnings.for_each(|l| eprintln!("  {l}"));
-            eprintln!("kroute's last {} lines:", tail.len());
-            tail.iter().for_each(|l| eprintln!("  {l}"));
-        }
     }
 }
 

@@ -647,8 +647,8 @@ fn merged_errors(merged: &Bytes) -> Vec<(i32, i16)> {
 }
 
 /// Fills all six lanes of producer 5 with a first batch each (a lane's first batch goes alone
-/// until acknowledged; the test has no brokers, so each stays unresolved); returns the
-/// (client partition, lane) of each.
+/// until acknowledged; the proxy's [`SilentBroker`] never answers, so each stays in flight);
+/// returns the (client partition, lane) of each.
 fn fill_every_lane(p: &Arc<Proxy>) -> Vec<(i32, i32)> {
     p.router.producers.own(5, Instant::now());
     let mut lanes = Vec::new();
