@@ -199,7 +199,7 @@ if [ "$BUILD" = 1 ]; then
   say "cargo build --release --example load_gen"
   cargo build --release --quiet --example load_gen || die "cargo build --release --example load_gen failed"
   if [ ! -x "$RELAY_BIN" ]; then
-    say "cargo build --release --target x86_64-unknown-linux-gnu --bin delay_relay (static, as scripts/cluster.sh)"
+    say "cargo build --release --target x86_64-unknown-linux-gnu --workspace --bin delay_relay (static, as scripts/cluster.sh)"
     (. scripts/static-build.sh && static_build delay_relay) ||
       die "building the delay_relay failed"
   fi

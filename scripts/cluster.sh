@@ -78,8 +78,8 @@
 # Modes (persisted in <state>/mode by start, so later commands such as start-broker use it):
 #   direct   (default) brokers advertise their own listeners 19092..19094.
 #   relayed  "a slow broker that every client sees": this kernel has no netem, so each broker N
-#            gets a delay_relay (src/bin/delay_relay.rs, built by a static `cargo build --release
-#            --target x86_64-unknown-linux-gnu --bin delay_relay` when missing or stale) on 127.0.0.1:1919(1+N) forwarding to its real
+#            gets a delay_relay (relay/, a package of its own, built by a static `cargo build --release
+#            --target x86_64-unknown-linux-gnu --workspace --bin delay_relay` when missing or stale) on 127.0.0.1:1919(1+N) forwarding to its real
 #            listener 1909(1+N), and the broker ADVERTISES the relay. Clients, kroute and the other
 #            brokers' replica fetchers (inter-broker traffic uses the advertised listener) thus all
 #            reach broker N through its relay, which delays everything the broker sends back by the
@@ -539,14 +539,15 @@ relay_complete() { # N PID: the running relay relays every listener broker N has
 # explicit x86_64 target): the two builds then share every compiled dependency, which halves
 # the release compile time of a test run on a fresh machine.
 ensure_relay_bin() { # build the delay_relay if missing or older than its source
-  local src=$REPO_DIR/src/bin/delay_relay.rs
-  [ -x "$RELAY_BIN" ] && { [ ! -f "$src" ] || [ "$RELAY_BIN" -nt "$src" ]; } && return 0
+  local src=$REPO_DIR/relay/src/main.rs manifest=$REPO_DIR/relay/Cargo.toml
+  [ -x "$RELAY_BIN" ] && { [ ! -f "$src" ] || [ "$RELAY_BIN" -nt "$src" ]; } &&
+    { [ ! -f "$manifest" ] || [ "$RELAY_BIN" -nt "$manifest" ]; } && return 0
   command -v cargo >/dev/null || die "cargo not found (needed to build $RELAY_BIN)"
   say "building delay_relay (static release build, as scripts/image.sh builds kroute)"
   # The same build as the image's (scripts/static-build.sh), so a test run compiles the release
   # dependencies once.
   if ! (cd "$REPO_DIR" && . scripts/static-build.sh && static_build delay_relay 8>&- 9>&-) >&2; then
-    # the bin links the crate's lib, which may be mid-edit: an older binary still does the job
+    # e.g. a workspace mid-edit: an older binary still does the job
     [ -x "$RELAY_BIN" ] || die "building delay_relay failed"
     say "building delay_relay failed, using the existing $RELAY_BIN"
   fi

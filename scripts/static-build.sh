@@ -7,7 +7,9 @@
 #
 # static_build BIN...: builds target/x86_64-unknown-linux-gnu/release/BIN, glibc static-pie, no
 # debug info, symbols stripped. The target directory differs from `cargo build --release`, so
-# neither build invalidates the other.
+# neither build invalidates the other. BIN is kroute or delay_relay (relay/, a package of its
+# own); `--workspace` finds either, and resolves the dependencies' features over both packages,
+# so a relay built alone first compiles them as kroute's build will want them.
 STATIC_TARGET=x86_64-unknown-linux-gnu
 
 #
@@ -21,5 +23,5 @@ static_build() {
   if [ "${STATIC_ALLOCATOR:-jemalloc}" = system ]; then features=(--no-default-features); fi
   RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
-    cargo build --quiet --release --target "$STATIC_TARGET" "${features[@]}" "${bins[@]}"
+    cargo build --quiet --release --target "$STATIC_TARGET" --workspace "${features[@]}" "${bins[@]}"
 }

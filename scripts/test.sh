@@ -64,7 +64,7 @@ lap "Java and Go test clients"
 # Every test binary runs even when one fails (--no-fail-fast), so a run shows every failure at
 # once; the command still fails then, after the fuzz smoke.
 tests_ok=1
-cargo test --all-targets --no-fail-fast "$@" || tests_ok=0
+cargo test --workspace --all-targets --no-fail-fast "$@" || tests_ok=0
 lap "cargo test"
 
 # The compatibility set (scripts/matrix.sh) on one old ZooKeeper version as well, so that a

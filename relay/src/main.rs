@@ -115,6 +115,18 @@ struct Cli {
     threads: usize,
 }
 
+/// `RUST_LOG` as `target=level` directives (kroute's `log_filter` reads it the same way; the
+/// relay is a package of its own and so does not link kroute), `info` when unset or unreadable.
+fn log_filter() -> tracing_subscriber::filter::Targets {
+    std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|directives| directives.parse().ok())
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing_subscriber::filter::LevelFilter::INFO)
+        })
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     {
@@ -125,7 +137,7 @@ fn main() -> anyhow::Result<()> {
             .with_target(false)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
         tracing_subscriber::registry()
-            .with(kroute::log_filter::from_env())
+            .with(log_filter())
             .with(lines)
             .init();
     }
