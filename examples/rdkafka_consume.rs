@@ -15,6 +15,8 @@
 //!   (`start, end, MB, MB/s, records, records/s, rebalance ms, fetch ms, fetch MB/s, fetch
 //!   records/s`), MB counted from record values (MiB, as Kafka's tool does). "fetch" is the time
 //!   from the first record to the last, without the group join before it.
+//! - `RDKAFKA_CONSUME_HOLD_S=N`: after the result line, stays in its group for N s more, polling
+//!   at the log end (bench/fetch_memory.sh: what consumers that caught up cost kroute).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,10 +30,7 @@ const IDLE_LIMIT: Duration = Duration::from_secs(60);
 
 fn main() -> ExitCode {
     match run() {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rdkafka_consume: {e}");
             ExitCode::FAILURE
@@ -39,7 +38,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<String, String> {
+fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [bootstrap, topic, records, props @ ..] = args.as_slice() else {
         return Err("usage: rdkafka_consume BOOTSTRAP TOPIC RECORDS [k=v ...]".into());
@@ -89,13 +88,41 @@ fn run() -> Result<String, String> {
             None => {}
         }
     }
-    let total = start.elapsed();
+    println!(
+        "{}",
+        result_line(start_wall, start, first, last, count, bytes)
+    );
+    let hold = std::env::var("RDKAFKA_CONSUME_HOLD_S").map_or(Ok(0), |s| s.parse::<u64>());
+    let hold = Duration::from_secs(hold.map_err(|e| format!("RDKAFKA_CONSUME_HOLD_S: {e}"))?);
+    if !hold.is_zero() {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let held = Instant::now();
+        while held.elapsed() < hold {
+            if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+                return Err(format!("consumer error at the log end: {e}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// ConsumerPerformance's result line for `count` records of `bytes` read from `start` on.
+fn result_line(
+    start_wall: SystemTime,
+    start: Instant,
+    first: Option<Instant>,
+    last: Instant,
+    count: u64,
+    bytes: u64,
+) -> String {
+    let total = last.duration_since(start);
     let first = first.unwrap_or(start);
     let fetch = last.duration_since(first);
     let rebalance = first.duration_since(start);
     let mb = bytes as f64 / (1024.0 * 1024.0);
     let per_s = |x: f64, d: Duration| x / d.as_secs_f64().max(1e-9);
-    Ok(format!(
+    format!(
         "{}, {}, {mb:.4}, {:.4}, {count}, {:.4}, {}, {}, {:.4}, {:.4}",
         timestamp(start_wall),
         timestamp(start_wall + total),
@@ -105,7 +132,7 @@ fn run() -> Result<String, String> {
         fetch.as_millis(),
         per_s(mb, fetch),
         per_s(count as f64, fetch),
-    ))
+    )
 }
 
 /// `YYYY-MM-DD HH:MM:SS:mmm` in UTC, as ConsumerPerformance prints its times.

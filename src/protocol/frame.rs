@@ -2,13 +2,29 @@
 //!
 //! Unlike `tokio_util::codec::LengthDelimitedCodec`, this decoder never reserves the size a peer
 //! announces: a hostile 100 MiB length header costs kroute only the bytes actually sent, because
-//! the buffer grows in bounded steps as data arrives.
+//! the buffer grows in bounded steps as data arrives, and to the whole frame only once an eighth
+//! of it is there (so a large Fetch answer is copied by the buffer's growth about once, not at
+//! every doubling).
+//!
+//! A frame is split off the read buffer without a copy, so it shares the buffer's allocation.
+//! After a large frame the buffer starts afresh: otherwise it would take that allocation back
+//! once the frame is forwarded and keep it for the connection's life, and an idle connection
+//! would hold the largest answer it ever carried (memory: connections x `fetch.max.bytes`).
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::Decoder;
 
-/// Largest step by which the read buffer grows while a frame is still arriving.
+/// Largest step by which the read buffer grows while a frame is still arriving, until an eighth
+/// of the frame has arrived.
 const MAX_RESERVE_STEP: usize = 256 * 1024;
+
+/// Once this fraction (1/N) of a frame is in the buffer, the rest is reserved at once: memory
+/// stays within N times what arrived, whatever a header announces.
+const WHOLE_FRAME_AFTER: usize = 8;
+
+/// The read buffer's size after a frame larger than [`MAX_RESERVE_STEP`] (and the size callers
+/// start with).
+pub const FRESH_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Why a byte stream stopped being a valid Kafka frame stream.
 #[derive(Debug, thiserror::Error)]
@@ -65,11 +81,20 @@ impl Decoder for FrameCodec {
         }
         let missing = (4 + size).saturating_sub(src.len());
         if missing > 0 {
-            src.reserve(missing.min(MAX_RESERVE_STEP));
+            let step = if src.len() * WHOLE_FRAME_AFTER >= 4 + size {
+                missing
+            } else {
+                missing.min(MAX_RESERVE_STEP)
+            };
+            src.reserve(step);
             return Ok(None);
         }
         src.advance(4);
-        Ok(Some(src.split_to(size).freeze()))
+        let frame = src.split_to(size).freeze();
+        if size > MAX_RESERVE_STEP {
+            start_afresh(src);
+        }
+        Ok(Some(frame))
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
@@ -79,6 +104,14 @@ impl Decoder for FrameCodec {
             None => Err(FrameError::Truncated(src.len())),
         }
     }
+}
+
+/// Moves what follows a large frame (the start of the next one, if any) into a buffer of its own,
+/// so that the frame's allocation is freed once the frame is.
+fn start_afresh(src: &mut BytesMut) {
+    let mut fresh = BytesMut::with_capacity(FRESH_BUFFER_BYTES.max(src.len()));
+    fresh.extend_from_slice(src);
+    *src = fresh;
 }
 
 /// The 4-byte size prefix for a payload of `len` bytes.
@@ -136,6 +169,64 @@ mod tests {
             "capacity {} grew towards the announced size",
             buf.capacity()
         );
+    }
+
+    /// Feeds a frame of `size` bytes in 64 KiB reads, as a socket would; returns the frame, the
+    /// buffer after it, and (bytes in the buffer, its capacity) after each read that did not
+    /// complete the frame.
+    fn feed(size: usize, after: &[u8]) -> (Bytes, BytesMut, Vec<(usize, usize)>) {
+        let mut c = FrameCodec::new(64 << 20);
+        let mut buf = BytesMut::with_capacity(FRESH_BUFFER_BYTES);
+        let mut stream = (size as i32).to_be_bytes().to_vec();
+        stream.resize(4 + size, 7);
+        stream.extend_from_slice(after);
+        let mut growth = Vec::new();
+        for piece in stream.chunks(64 * 1024) {
+            buf.extend_from_slice(piece);
+            if let Some(frame) = c.decode(&mut buf).unwrap() {
+                return (frame, buf, growth);
+            }
+            growth.push((buf.len(), buf.capacity()));
+        }
+        panic!("no frame in {} bytes", stream.len());
+    }
+
+    #[test]
+    fn a_large_frame_is_reserved_whole_once_an_eighth_arrived() {
+        let size = 8 << 20;
+        let (frame, _, growth) = feed(size, &[]);
+        assert_eq!(frame.len(), size);
+        for (arrived, capacity) in growth {
+            if arrived * WHOLE_FRAME_AFTER >= 4 + size {
+                assert!(
+                    capacity >= 4 + size,
+                    "{arrived} arrived, room for {capacity}"
+                );
+            } else {
+                assert!(
+                    capacity <= 8 * arrived + 2 * MAX_RESERVE_STEP,
+                    "{arrived}: {capacity}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_frame_leaves_the_buffer_small_and_not_sharing_it() {
+        let (frame, buf, _) = feed(3 << 20, &[0, 0, 0, 9, 1, 2]);
+        assert!(
+            frame.is_unique(),
+            "the read buffer still shares the frame's allocation"
+        );
+        assert_eq!(
+            &buf[..],
+            &[0, 0, 0, 9, 1, 2],
+            "the next frame's start is kept"
+        );
+        assert!(buf.capacity() <= FRESH_BUFFER_BYTES, "{}", buf.capacity());
+        // A small frame still shares the buffer: no allocation per answer.
+        let (small, _buf, _) = feed(1000, &[]);
+        assert!(!small.is_unique());
     }
 
     #[test]
