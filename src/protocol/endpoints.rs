@@ -1,8 +1,9 @@
-//! Whether a Produce or Fetch answer names brokers at all.
+//! Whether a Produce, Fetch or ShareFetch answer names brokers at all.
 //!
 //! Since KIP-951 (Produce v10, Fetch v16) a broker may add the addresses of partition leaders it
 //! is not (`NodeEndpoints`, a top-level tagged field) when it answers NOT_LEADER_OR_FOLLOWER;
-//! kroute must rewrite those. Almost every answer carries none. Decoding a Fetch answer with
+//! kroute must rewrite those. A share consumer's ShareFetch answer (KIP-932) ends with the same
+//! list as a plain field. Almost every answer carries none. Decoding a Fetch answer with
 //! kafka-protocol to find out builds every topic and partition of it (and the Produce answer's
 //! too) only to forward the bytes unchanged, on the path every consumed byte takes. This walks
 //! the answer instead: fixed-width fields and length-prefixed records are skipped without
@@ -24,16 +25,22 @@ const NODE_ENDPOINTS_TAG: u32 = 0;
 /// not follow to its end): decode it.
 pub fn carries_node_endpoints(api: ApiKey, version: i16, body: &[u8]) -> Option<bool> {
     let mut r = WireReader::new(body);
-    match (api, version) {
-        (ApiKey::Fetch, 16..=17) => skip_fetch(&mut r)?,
-        (ApiKey::Produce, 10..=12) => skip_produce(&mut r, false)?,
-        (ApiKey::Produce, 13) => skip_produce(&mut r, true)?,
+    // Whether the endpoints are a top-level tagged field (else a plain one, already read).
+    let tagged = match (api, version) {
+        (ApiKey::Fetch, 16..=17) => skip_fetch(&mut r).map(|()| true)?,
+        (ApiKey::Produce, 10..=12) => skip_produce(&mut r, false).map(|()| true)?,
+        (ApiKey::Produce, 13) => skip_produce(&mut r, true).map(|()| true)?,
+        (ApiKey::ShareFetch, 1) => match skip_share_fetch(&mut r)? {
+            0 => false,
+            _ => return Some(true),
+        },
         _ => return None,
-    }
+    };
     let tags = r.unsigned_varint(WHAT).ok()?;
     let mut found = false;
     for _ in 0..tags {
-        found |= r.unsigned_varint(WHAT).ok()? == NODE_ENDPOINTS_TAG;
+        let tag = r.unsigned_varint(WHAT).ok()?;
+        found |= tagged && tag == NODE_ENDPOINTS_TAG;
         let size = r.unsigned_varint(WHAT).ok()?;
         r.skip(size as usize, WHAT).ok()?;
     }
@@ -67,6 +74,38 @@ fn skip_fetch(r: &mut WireReader) -> Option<()> {
         r.skip_tagged_fields(WHAT).ok()?;
     }
     Some(())
+}
+
+/// A ShareFetch answer (v1) up to its top-level tagged fields; the number of node endpoints it
+/// lists (its last plain field).
+fn skip_share_fetch(r: &mut WireReader) -> Option<usize> {
+    r.skip(4 + 2, WHAT).ok()?; // throttle_time_ms, error_code
+    r.nullable_string(true, WHAT).ok()?; // error_message
+    r.skip(4, WHAT).ok()?; // acquisition_lock_timeout_ms
+    let topics = r.array_len(true, 18, WHAT).ok()?.unwrap_or(0);
+    for _ in 0..topics {
+        r.skip(16, WHAT).ok()?; // topic_id
+        // at least 22 bytes: 8 fixed, 2 messages, current_leader (9), records, acquired, tags
+        let partitions = r.array_len(true, 22, WHAT).ok()?.unwrap_or(0);
+        for _ in 0..partitions {
+            r.skip(4 + 2, WHAT).ok()?; // partition_index, error_code
+            r.nullable_string(true, WHAT).ok()?; // error_message
+            r.skip(2, WHAT).ok()?; // acknowledge_error_code
+            r.nullable_string(true, WHAT).ok()?; // acknowledge_error_message
+            r.skip(4 + 4, WHAT).ok()?; // current_leader: leader_id, leader_epoch
+            r.skip_tagged_fields(WHAT).ok()?;
+            skip_compact_bytes(r)?; // records
+            if let Some(acquired) = r.array_len(true, 19, WHAT).ok()? {
+                for _ in 0..acquired {
+                    r.skip(8 + 8 + 2, WHAT).ok()?; // first_offset, last_offset, delivery_count
+                    r.skip_tagged_fields(WHAT).ok()?;
+                }
+            }
+            r.skip_tagged_fields(WHAT).ok()?;
+        }
+        r.skip_tagged_fields(WHAT).ok()?;
+    }
+    Some(r.array_len(true, 11, WHAT).ok()?.unwrap_or(0))
 }
 
 /// A Produce answer (v10-13; topics by id from v13) up to its top-level tagged fields.
@@ -119,7 +158,7 @@ mod tests {
         PartitionProduceResponse, TopicProduceResponse,
     };
     use kafka_protocol::messages::{
-        BrokerId, FetchResponse, ProduceResponse, ProducerId, TopicName,
+        BrokerId, FetchResponse, ProduceResponse, ProducerId, ShareFetchResponse, TopicName,
     };
     use kafka_protocol::protocol::{Encodable, StrBytes};
 
@@ -191,8 +230,53 @@ mod tests {
         response
     }
 
+    fn share_fetch(endpoints: bool) -> ShareFetchResponse {
+        use kafka_protocol::messages::share_fetch_response as share;
+        let partition = |i, records: Option<&'static [u8]>| {
+            share::PartitionData::default()
+                .with_partition_index(i)
+                .with_error_message(Some(StrBytes::from_static_str("none")))
+                .with_current_leader(share::LeaderIdAndEpoch::default().with_leader_id(1))
+                .with_records(records.map(Bytes::from_static))
+                .with_acquired_records(vec![
+                    share::AcquiredRecords::default()
+                        .with_first_offset(3)
+                        .with_last_offset(9)
+                        .with_delivery_count(1),
+                ])
+        };
+        let mut response = ShareFetchResponse::default()
+            .with_responses(vec![
+                share::ShareFetchableTopicResponse::default()
+                    .with_partitions(vec![partition(0, Some(&[1; 300])), partition(1, None)]),
+            ])
+            // A top-level tag 0 is no endpoint list in a ShareFetch answer.
+            .with_unknown_tagged_fields([(0, Bytes::from_static(&[7, 7]))].into());
+        if endpoints {
+            response = response.with_node_endpoints(vec![
+                share::NodeEndpoint::default()
+                    .with_node_id(BrokerId(2))
+                    .with_host(StrBytes::from_static_str("broker-2"))
+                    .with_port(9092),
+            ]);
+        }
+        response
+    }
+
     #[test]
     fn the_walk_finds_node_endpoints_exactly_where_the_decoder_does() {
+        for endpoints in [false, true] {
+            let body = encode(&share_fetch(endpoints), 1);
+            assert_eq!(
+                carries_node_endpoints(ApiKey::ShareFetch, 1, &body),
+                Some(endpoints),
+                "ShareFetch"
+            );
+            if !endpoints {
+                let cut = &body[..body.len() - 1];
+                assert_eq!(carries_node_endpoints(ApiKey::ShareFetch, 1, cut), None);
+            }
+        }
         for version in 16..=17 {
             for endpoints in [false, true] {
                 let body = encode(&fetch(endpoints), version);
