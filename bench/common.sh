@@ -151,3 +151,72 @@ wait_sidecar_ready() {
   poll 150 0.2 curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$(($2 + 5))/ready" ||
     { tail -n 20 "$RAW/$1.log" >&2; die "$1 not ready within 30s"; }
 }
+
+# --- the read benches (fetch_memory.sh, share_fetch.sh, fetch_cpu_share.sh); each needs say, die --
+
+# read_bench_kroute_bins: KROUTE_BINS as given, or target/release/kroute, built.
+read_bench_kroute_bins() {
+  [ -n "${KROUTE_BINS:-}" ] && return 0
+  say "cargo build --release --bin kroute"
+  cargo build --release --quiet --bin kroute || die "building kroute failed"
+  KROUTE_BINS=target/release/kroute
+}
+
+# read_bench_cluster_up: uses the running test cluster (scripts/cluster.sh, any mode), or starts
+# one in direct mode and sets started_cluster=1 (stop_started_cluster stops it); sets BOOT.
+read_bench_cluster_up() {
+  started_cluster=0
+  if ! scripts/cluster.sh status >/dev/null 2>&1; then
+    say "starting a cluster (direct mode)"
+    started_cluster=1
+    scripts/cluster.sh start >/dev/null
+  fi
+  BOOT=$(scripts/cluster.sh bootstrap)
+}
+stop_started_cluster() { [ "${started_cluster:-0}" != 1 ] || scripts/cluster.sh stop >/dev/null 2>&1; }
+
+# fill_read_topic TOPIC RECORDS DIR: creates TOPIC (6 partitions, 2 led by each broker, RF 3) and
+# writes RECORDS keyless records of 1 KiB into it with examples/rdkafka_perf (built by the caller).
+fill_read_topic() {
+  scripts/cluster.sh create-topic "$1" --replica-assignment 1:2:3,2:3:1,3:1:2,1:3:2,2:1:3,3:2:1 >/dev/null 2>&1 ||
+    die "creating topic $1 failed"
+  say "filling $1: $2 records of 1 KiB"
+  target/release/examples/rdkafka_perf "$BOOT" "$1" "$2" 1024 -1 acks=all linger.ms=20 \
+    >"$3/fill.txt" 2>"$3/fill.err" || { cat "$3/fill.err" >&2; die "filling the topic failed"; }
+}
+
+# plain_kroute_config FILE UPSTREAM: the config of a kroute with no routing in front of UPSTREAM
+# (bootstrap servers, comma-separated): bootstrap 127.0.0.1:29092, brokers 29101-29103, admin
+# 127.0.0.1:29199 (the read benches: fetch_memory.sh, share_fetch.sh, fetch_cpu_share.sh).
+plain_kroute_config() {
+  cat >"$1" <<EOF
+[listen]
+bind_host = "127.0.0.1"
+advertised_host = "127.0.0.1"
+bootstrap_port = 29092
+broker_port_base = 29100
+
+[upstream]
+bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$2")]
+
+[admin]
+listen = "127.0.0.1:29199"
+EOF
+}
+
+# start_plain_kroute BIN CONFIG LOG: starts BIN with CONFIG (plain_kroute_config), its output
+# appended to LOG, sets kroute_pid, and waits 10 s at most for it to be ready. Needs die.
+start_plain_kroute() {
+  "$1" --config "$2" </dev/null >>"$3" 2>&1 &
+  kroute_pid=$!
+  poll 100 0.1 curl -sf -o /dev/null http://127.0.0.1:29199/ready || { tail -n 20 "$3" >&2; die "kroute $1 not ready"; }
+}
+
+# cpu_seconds PID: the user and system CPU seconds PID has used so far.
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' "/proc/$1/stat"; }
+
+# answer_bytes API: the bytes of API's answers the kroute of start_plain_kroute has written so far.
+answer_bytes() {
+  curl -sf http://127.0.0.1:29199/metrics |
+    awk -v api="api=\"$1\"" 'index($0, "kroute_response_bytes_total{") == 1 && index($0, api) { s += $NF } END { printf "%.0f", s }'
+}

@@ -27,65 +27,36 @@ records=${BENCH_RECORDS:-100000}
 hold=${BENCH_HOLD_S:-20}
 raw=target/bench-fetch-memory
 rm -rf "$raw"; mkdir -p "$raw"
+# shellcheck source=bench/common.sh
+source bench/common.sh
 say() { echo "fetch_memory: $*" >&2; }
 die() { echo "fetch_memory: FAILED: $*" >&2; exit 1; }
 
-if [ -z "${KROUTE_BINS:-}" ]; then
-  say "cargo build --release --bin kroute"
-  cargo build --release --quiet --bin kroute || die "building kroute failed"
-  KROUTE_BINS=target/release/kroute
-fi
+read_bench_kroute_bins
 say "cargo build --release --example rdkafka_consume --example rdkafka_perf"
 cargo build --release --quiet --example rdkafka_consume --example rdkafka_perf || die "building the examples failed"
 
-started=0 kroute_pid='' consumer_pids=()
+kroute_pid='' consumer_pids=()
 cleanup() {
   set +e
   for p in "${consumer_pids[@]}"; do kill "$p" 2>/dev/null; done
   [ -n "$kroute_pid" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
-  [ "$started" = 1 ] && scripts/cluster.sh stop >/dev/null 2>&1
+  stop_started_cluster
 }
 trap cleanup EXIT
-if ! scripts/cluster.sh status >/dev/null 2>&1; then
-  say "starting a cluster (direct mode)"
-  started=1
-  scripts/cluster.sh start >/dev/null
-fi
-boot=$(scripts/cluster.sh bootstrap)
+read_bench_cluster_up
 topic=fetch-memory-$(date +%s)
-scripts/cluster.sh create-topic "$topic" --replica-assignment 1:2:3,2:3:1,3:1:2,1:3:2,2:1:3,3:2:1 >/dev/null
-say "filling $topic: $records records of 1 KiB"
-target/release/examples/rdkafka_perf "$boot" "$topic" "$records" 1024 -1 acks=all linger.ms=20 \
-  >"$raw/fill.txt" 2>"$raw/fill.err" || { cat "$raw/fill.err" >&2; die "filling the topic failed"; }
+fill_read_topic "$topic" "$records" "$raw"
 
 status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }   # PID FIELD
-fetch_bytes() { # ADMIN: kroute's Fetch answer bytes so far
-  curl -sf "http://$1/metrics" | awk 'index($0, "kroute_response_bytes_total{") == 1 && index($0, "api=\"Fetch\"") { s += $NF } END { printf "%.0f", s }'
-}
 
-cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"; }   # PID: user + system
 echo "| kroute | consumers | read through kroute | kroute CPU s/GB read | peak RSS while reading | RSS at the log end (mean) | RSS at start |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 n=0
 for bin in $KROUTE_BINS; do
   n=$((n + 1))
-  cat >"$raw/kroute-$n.toml" <<EOF
-[listen]
-bind_host = "127.0.0.1"
-advertised_host = "127.0.0.1"
-bootstrap_port = 29092
-broker_port_base = 29100
-
-[upstream]
-bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$boot")]
-
-[admin]
-listen = "127.0.0.1:29199"
-EOF
-  "$bin" --config "$raw/kroute-$n.toml" </dev/null >"$raw/kroute-$n.log" 2>&1 &
-  kroute_pid=$!
-  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:29199/ready >/dev/null 2>&1 && break; sleep 0.1; done
-  curl -sf http://127.0.0.1:29199/ready >/dev/null || { tail "$raw/kroute-$n.log" >&2; die "kroute $bin not ready"; }
+  plain_kroute_config "$raw/kroute-$n.toml" "$BOOT"
+  start_plain_kroute "$bin" "$raw/kroute-$n.toml" "$raw/kroute-$n.log"
   rss_start=$(status_kb "$kroute_pid" VmRSS)
   say "build $n ($bin): $consumers consumers reading $records records each"
   consumer_pids=()
@@ -108,10 +79,10 @@ EOF
   for _ in $(seq 1 $((hold > 10 ? hold - 10 : 1))); do samples+=("$(status_kb "$kroute_pid" VmRSS)"); sleep 1; done
   for p in "${consumer_pids[@]}"; do wait "$p" || die "a consumer failed at the log end (build $n)"; done
   consumer_pids=()
-  read_mb=$(awk "BEGIN { printf \"%.0f\", $(fetch_bytes 127.0.0.1:29199) / 1e6 }")
+  read_mb=$(awk "BEGIN { printf \"%.0f\", $(answer_bytes Fetch) / 1e6 }")
   [ "$read_mb" -ge $((consumers * records * 1024 / 1000000)) ] ||
     die "kroute answered $read_mb MB of Fetch, less than the $consumers consumers' records (build $n)"
-  cpu=$(cpu_s "$kroute_pid")
+  cpu=$(cpu_seconds "$kroute_pid")
   kill "$kroute_pid"; wait "$kroute_pid" 2>/dev/null || true; kroute_pid=''
   idle=$(printf '%s\n' "${samples[@]}" | awk '{ s += $1 } END { printf "%.0f", s / NR }')
   mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }

@@ -21,68 +21,34 @@ rounds=${BENCH_ROUNDS:-3}
 records=${BENCH_RECORDS:-300000}
 raw=target/bench-share-fetch
 rm -rf "$raw"; mkdir -p "$raw"
+# shellcheck source=bench/common.sh
+source bench/common.sh
 say() { echo "share_fetch: $*" >&2; }
 die() { echo "share_fetch: FAILED: $*" >&2; exit 1; }
 
-if [ -z "${KROUTE_BINS:-}" ]; then
-  say "cargo build --release --bin kroute"
-  cargo build --release --quiet --bin kroute || die "building kroute failed"
-  KROUTE_BINS=target/release/kroute
-fi
+read_bench_kroute_bins
 cargo build --release --quiet --example rdkafka_perf || die "building rdkafka_perf failed"
 read -r -a bins <<<"$KROUTE_BINS"
 
-started=0 kroute_pid=''
+kroute_pid=''
 cleanup() {
   set +e
   [ -n "$kroute_pid" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
-  [ "$started" = 1 ] && scripts/cluster.sh stop >/dev/null 2>&1
+  stop_started_cluster
 }
 trap cleanup EXIT
-if ! scripts/cluster.sh status >/dev/null 2>&1; then
-  say "starting a cluster (direct mode)"
-  started=1
-  scripts/cluster.sh start >/dev/null
-fi
-boot=$(scripts/cluster.sh bootstrap)
+read_bench_cluster_up
 lib=$(scripts/cluster.sh lib)
 jvm=(java -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true
   -Dlog4j2.configurationFile=scripts/kafka/log4j2-tools.properties -cp "$lib/*")
-"${jvm[@]}" org.apache.kafka.tools.FeatureCommand --bootstrap-server "$boot" upgrade \
+"${jvm[@]}" org.apache.kafka.tools.FeatureCommand --bootstrap-server "$BOOT" upgrade \
   --feature share.version=1 >"$raw/feature.txt" 2>&1 || { cat "$raw/feature.txt" >&2; die "these brokers have no share groups"; }
 topic=share-fetch-$(date +%s)
-scripts/cluster.sh create-topic "$topic" --replica-assignment 1:2:3,2:3:1,3:1:2,1:3:2,2:1:3,3:2:1 >/dev/null 2>&1
-say "filling $topic: $records records of 1 KiB"
-target/release/examples/rdkafka_perf "$boot" "$topic" "$records" 1024 -1 acks=all linger.ms=20 \
-  >"$raw/fill.txt" 2>"$raw/fill.err" || { cat "$raw/fill.err" >&2; die "filling the topic failed"; }
+fill_read_topic "$topic" "$records" "$raw"
 
-cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' "/proc/$1/stat"; }
-share_fetch_bytes() {
-  curl -sf http://127.0.0.1:29199/metrics |
-    awk 'index($0, "kroute_response_bytes_total{") == 1 && index($0, "api=\"ShareFetch\"") { s += $NF } END { printf "%.0f", s }'
-}
-start_kroute() { # BIN
-  cat >"$raw/kroute.toml" <<EOF
-[listen]
-bind_host = "127.0.0.1"
-advertised_host = "127.0.0.1"
-bootstrap_port = 29092
-broker_port_base = 29100
-
-[upstream]
-bootstrap_servers = [$(sed 's/\([^,]*\)/"\1"/g; s/,/, /g' <<<"$boot")]
-
-[admin]
-listen = "127.0.0.1:29199"
-EOF
-  "$1" --config "$raw/kroute.toml" </dev/null >>"$raw/kroute.log" 2>&1 &
-  kroute_pid=$!
-  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:29199/ready >/dev/null 2>&1 && return 0; sleep 0.1; done
-  die "kroute $1 not ready"
-}
 read_once() { # CASE BOOTSTRAP ROUND: one ShareConsumerPerformance run; prints MB/s
   local group="share-bench-$1-$3-$(date +%s%N)" out=$raw/$1-$3.txt
-  "${jvm[@]}" kafka.admin.ConfigCommand --bootstrap-server "$boot" --entity-type groups --entity-name "$group" \
+  "${jvm[@]}" kafka.admin.ConfigCommand --bootstrap-server "$BOOT" --entity-type groups --entity-name "$group" \
     --alter --add-config share.auto.offset.reset=earliest >/dev/null 2>&1 || die "setting $group's offset reset failed"
   "${jvm[@]}" org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$2" --topic "$topic" \
     --group "$group" --messages "$records" --timeout 120000 >"$out" 2>&1 || { tail -n 5 "$out" >&2; die "the share consumer failed ($1)"; }
@@ -98,13 +64,14 @@ for round in $(seq 1 "$rounds"); do
   for k in $(seq 0 $((n - 1))); do
     c=${cases[$(((k + round - 1) % n))]}
     if [ "$c" = direct ]; then
-      mbps[$c]+="$(read_once direct "$boot" "$round") "
+      mbps[$c]+="$(read_once direct "$BOOT" "$round") "
     else
-      start_kroute "${bins[${c#kroute} - 1]}"
+      plain_kroute_config "$raw/kroute.toml" "$BOOT"
+      start_plain_kroute "${bins[${c#kroute} - 1]}" "$raw/kroute.toml" "$raw/kroute.log"
       mbps[$c]+="$(read_once "$c" 127.0.0.1:29092 "$round") "
-      bytes=$(share_fetch_bytes)
+      bytes=$(answer_bytes ShareFetch)
       [ "$bytes" -ge $((records * 1024)) ] || die "kroute answered $bytes ShareFetch bytes, fewer than the records ($c)"
-      cpu_gb[$c]+="$(awk -v c="$(cpu_s "$kroute_pid")" -v b="$bytes" 'BEGIN { printf "%.2f", c / b * 1e9 }') "
+      cpu_gb[$c]+="$(awk -v c="$(cpu_seconds "$kroute_pid")" -v b="$bytes" 'BEGIN { printf "%.2f", c / b * 1e9 }') "
       kill "$kroute_pid"; wait "$kroute_pid" 2>/dev/null || true; kroute_pid=''
     fi
     say "round $round, $c: ${mbps[$c]}"
