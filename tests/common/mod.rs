@@ -282,15 +282,37 @@ impl Kroute {
 
     /// Waits until kroute logged a line containing every one of `parts`, and returns it.
     pub fn wait_for_log(&self, parts: &[&str], timeout: Duration) -> String {
-        wait_for(
-            &format!("a kroute log line with {parts:?}"),
-            timeout,
-            || {
-                self.logs()
-                    .into_iter()
-                    .find(|l| parts.iter().all(|p| l.contains(p)))
+        let deadline = Instant::now() + timeout;
+        loop {
+            let logs = self.logs();
+            if let Some(line) = logs
+                .into_iter()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+            {
+                return line;
+            }
+            // Whether kroute still runs says whether the line is late or can never come.
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for a kroute log line with {parts:?} \
+                 (kroute {})",
+                self.process_state()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// "runs", "has exited" or "is gone", from /proc (the child cannot be waited on here).
+    fn process_state(&self) -> String {
+        let pid = self.child.id();
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => match stat.rsplit_once(") ").and_then(|(_, s)| s.chars().next()) {
+                Some('Z') => format!("pid {pid} has exited"),
+                Some(state) => format!("pid {pid} runs, state {state}"),
+                None => format!("pid {pid}: unreadable state"),
             },
-        )
+            Err(_) => format!("pid {pid} is gone"),
+        }
     }
 
     pub fn logs(&self) -> Vec<String> {
