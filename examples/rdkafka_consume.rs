@@ -17,6 +17,9 @@
 //!   from the first record to the last, without the group join before it.
 //! - `RDKAFKA_CONSUME_HOLD_S=N`: after the result line, stays in its group for N s more, polling
 //!   at the log end (bench/fetch_memory.sh: what consumers that caught up cost kroute).
+//! - `RDKAFKA_CONSUME_IDLE_END_MS=N`: also ends, after its first record, once no record came for
+//!   N ms, with what it read; RECORDS 0 then means no count to reach (bench/fetch_group.sh: a
+//!   member of a group reads its partitions to their end, without knowing how much is there).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -64,13 +67,21 @@ fn run() -> Result<(), String> {
             .ok_or_else(|| format!("not k=v: {prop}"))?;
         config.set(k, v);
     }
+    let idle_end = std::env::var("RDKAFKA_CONSUME_IDLE_END_MS").ok();
+    let idle_end = idle_end
+        .map(|ms| ms.parse().map(Duration::from_millis))
+        .transpose()
+        .map_err(|e| format!("RDKAFKA_CONSUME_IDLE_END_MS: {e}"))?;
+    if records == 0 && idle_end.is_none() {
+        return Err("RECORDS 0 needs RDKAFKA_CONSUME_IDLE_END_MS".into());
+    }
     let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
     consumer.subscribe(&[topic]).map_err(|e| e.to_string())?;
 
     let start = Instant::now();
     let (mut count, mut bytes) = (0u64, 0u64);
     let (mut first, mut last) = (None, start);
-    while count < records {
+    while records == 0 || count < records {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 let now = Instant::now();
@@ -80,6 +91,7 @@ fn run() -> Result<(), String> {
                 bytes += message.payload().map_or(0, |p| p.len() as u64);
             }
             Some(Err(e)) => return Err(format!("consumer error: {e}")),
+            None if first.is_some() && idle_end.is_some_and(|d| last.elapsed() > d) => break,
             None if last.elapsed() > IDLE_LIMIT => {
                 return Err(format!(
                     "no record for {IDLE_LIMIT:?} after {count} records"
