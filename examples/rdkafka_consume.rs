@@ -17,9 +17,11 @@
 //!   from the first record to the last, without the group join before it.
 //! - `RDKAFKA_CONSUME_HOLD_S=N`: after the result line, stays in its group for N s more, polling
 //!   at the log end (bench/fetch_memory.sh: what consumers that caught up cost kroute).
-//! - `RDKAFKA_CONSUME_IDLE_END_MS=N`: also ends, after its first record, once no record came for
-//!   N ms, with what it read; RECORDS 0 then means no count to reach (bench/fetch_group.sh: a
+//! - `RDKAFKA_CONSUME_IDLE_END_MS=N`: also ends once no record came for N ms (since its last
+//!   record, or since it got partitions if none came), with what it read; RECORDS 0 then means no count to reach (bench/fetch_group.sh: a
 //!   member of a group reads its partitions to their end, without knowing how much is there).
+//! - `RDKAFKA_CONSUME_GO=PATH`: first creates `PATH.ready.<pid>`, then waits for PATH to exist
+//!   before it joins its group, so that many members started one by one join at once.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -75,12 +77,18 @@ fn run() -> Result<(), String> {
     if records == 0 && idle_end.is_none() {
         return Err("RECORDS 0 needs RDKAFKA_CONSUME_IDLE_END_MS".into());
     }
+    if let Ok(go) = std::env::var("RDKAFKA_CONSUME_GO") {
+        wait_for_go(&go)?;
+    }
     let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
     consumer.subscribe(&[topic]).map_err(|e| e.to_string())?;
 
     let start = Instant::now();
     let (mut count, mut bytes) = (0u64, 0u64);
     let (mut first, mut last) = (None, start);
+    // Since when it has had partitions, while no record came: a member whose partitions were
+    // read to their end before they came to it (a rebalance) ends too.
+    let mut assigned = None;
     while records == 0 || count < records {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
@@ -91,7 +99,11 @@ fn run() -> Result<(), String> {
                 bytes += message.payload().map_or(0, |p| p.len() as u64);
             }
             Some(Err(e)) => return Err(format!("consumer error: {e}")),
-            None if first.is_some() && idle_end.is_some_and(|d| last.elapsed() > d) => break,
+            None if idle_end
+                .is_some_and(|d| idle_since(&consumer, first, last, &mut assigned) > d) =>
+            {
+                break;
+            }
             None if last.elapsed() > IDLE_LIMIT => {
                 return Err(format!(
                     "no record for {IDLE_LIMIT:?} after {count} records"
@@ -115,6 +127,36 @@ fn run() -> Result<(), String> {
                 return Err(format!("consumer error at the log end: {e}"));
             }
         }
+    }
+    Ok(())
+}
+
+/// How long no record came: since the last one, or since partitions were assigned if none came.
+fn idle_since(
+    consumer: &BaseConsumer,
+    first: Option<Instant>,
+    last: Instant,
+    assigned: &mut Option<Instant>,
+) -> Duration {
+    if first.is_some() {
+        return last.elapsed();
+    }
+    if assigned.is_none() && consumer.assignment().is_ok_and(|a| a.count() > 0) {
+        *assigned = Some(Instant::now());
+    }
+    assigned.map_or(Duration::ZERO, |at| at.elapsed())
+}
+
+/// Says it is ready (`GO.ready.<pid>`), then waits for the file GO (at most [`IDLE_LIMIT`]).
+fn wait_for_go(go: &str) -> Result<(), String> {
+    let ready = format!("{go}.ready.{}", std::process::id());
+    std::fs::write(&ready, b"").map_err(|e| format!("{ready}: {e}"))?;
+    let since = Instant::now();
+    while !std::path::Path::new(go).exists() {
+        if since.elapsed() > IDLE_LIMIT {
+            return Err(format!("{go} did not appear within {IDLE_LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
 }
