@@ -175,6 +175,16 @@ read_bench_cluster_up() {
 }
 stop_started_cluster() { [ "${started_cluster:-0}" != 1 ] || scripts/cluster.sh stop >/dev/null 2>&1; }
 
+# read_bench_cleanup: the read benches' EXIT trap: stops what they started (consumer_pids,
+# hog_pid, kroute_pid, and the cluster if read_bench_cluster_up started it).
+read_bench_cleanup() {
+  set +e
+  local p
+  for p in ${consumer_pids[@]+"${consumer_pids[@]}"} ${hog_pid:-}; do kill "$p" 2>/dev/null; done
+  [ -n "${kroute_pid:-}" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
+  stop_started_cluster
+}
+
 # fill_read_topic TOPIC RECORDS DIR: creates TOPIC (6 partitions, 2 led by each broker, RF 3) and
 # writes RECORDS keyless records of 1 KiB into it with examples/rdkafka_perf (built by the caller).
 fill_read_topic() {

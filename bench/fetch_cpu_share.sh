@@ -34,13 +34,7 @@ KROUTE_BIN=$KROUTE_BINS
 cargo build --release --quiet --example rdkafka_perf || die "building rdkafka_perf failed"
 
 kroute_pid='' hog_pid=''
-cleanup() {
-  set +e
-  [ -n "$hog_pid" ] && kill "$hog_pid" 2>/dev/null
-  [ -n "$kroute_pid" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
-  stop_started_cluster
-}
-trap cleanup EXIT
+trap read_bench_cleanup EXIT
 read_bench_cluster_up
 lib=$(scripts/cluster.sh lib)
 topic=fetch-cpu-share-$(date +%s)

@@ -37,13 +37,7 @@ say "cargo build --release --example rdkafka_consume --example rdkafka_perf"
 cargo build --release --quiet --example rdkafka_consume --example rdkafka_perf || die "building the examples failed"
 
 kroute_pid='' consumer_pids=()
-cleanup() {
-  set +e
-  for p in "${consumer_pids[@]}"; do kill "$p" 2>/dev/null; done
-  [ -n "$kroute_pid" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
-  stop_started_cluster
-}
-trap cleanup EXIT
+trap read_bench_cleanup EXIT
 read_bench_cluster_up
 topic=fetch-memory-$(date +%s)
 fill_read_topic "$topic" "$records" "$raw"

@@ -31,12 +31,7 @@ cargo build --release --quiet --example rdkafka_perf || die "building rdkafka_pe
 read -r -a bins <<<"$KROUTE_BINS"
 
 kroute_pid=''
-cleanup() {
-  set +e
-  [ -n "$kroute_pid" ] && kill "$kroute_pid" 2>/dev/null && wait "$kroute_pid" 2>/dev/null
-  stop_started_cluster
-}
-trap cleanup EXIT
+trap read_bench_cleanup EXIT
 read_bench_cluster_up
 lib=$(scripts/cluster.sh lib)
 jvm=(java -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true
