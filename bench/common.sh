@@ -152,7 +152,7 @@ wait_sidecar_ready() {
     { tail -n 20 "$RAW/$1.log" >&2; die "$1 not ready within 30s"; }
 }
 
-# --- the read benches (fetch_memory.sh, share_fetch.sh, fetch_cpu_share.sh); each needs say, die --
+# --- the read benches (fetch_memory, fetch_group, share_fetch, fetch_cpu_share); each needs say, die
 
 # read_bench_kroute_bins: KROUTE_BINS as given, or target/release/kroute, built.
 read_bench_kroute_bins() {
@@ -197,7 +197,7 @@ fill_read_topic() {
 
 # plain_kroute_config FILE UPSTREAM: the config of a kroute with no routing in front of UPSTREAM
 # (bootstrap servers, comma-separated): bootstrap 127.0.0.1:29092, brokers 29101-29103, admin
-# 127.0.0.1:29199 (the read benches: fetch_memory.sh, share_fetch.sh, fetch_cpu_share.sh).
+# 127.0.0.1:29199 (the read benches).
 plain_kroute_config() {
   cat >"$1" <<EOF
 [listen]
@@ -221,6 +221,9 @@ start_plain_kroute() {
   kroute_pid=$!
   poll 100 0.1 curl -sf -o /dev/null http://127.0.0.1:29199/ready || { tail -n 20 "$3" >&2; die "kroute $1 not ready"; }
 }
+
+# median: the median of the numbers in the words of stdin (e.g. "3.1 2.0 5.2 ").
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # cpu_seconds PID: the user and system CPU seconds PID has used so far.
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' "/proc/$1/stat"; }

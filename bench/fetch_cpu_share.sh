@@ -89,7 +89,6 @@ for round in $(seq 1 "$rounds"); do
 done
 fetched=$(answer_bytes Fetch)
 [ "$fetched" -ge $((rounds * records * 1024)) ] || die "kroute answered $fetched Fetch bytes, fewer than the kroute runs' records"
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 d=$(median <<<"${mbps[direct]}")
 echo "kroute's CPU share of its fetch phases (cores): ${shares[*]}"
 echo

@@ -45,15 +45,15 @@ target/release/examples/rdkafka_perf "$BOOT" "$topic" "$records" 1024 -1 acks=al
 plain_kroute_config "$raw/kroute.toml" "$BOOT"
 start_plain_kroute "$KROUTE_BINS" "$raw/kroute.toml" "$raw/kroute.log"
 
-read_as_group() { # CASE BOOTSTRAP ROUND: N consumers in one fresh group; prints "MB/s join_s"
+read_as_group() { # CASE BOOTSTRAP ROUND: N consumers in one fresh group; prints "MB/s join_s re-read"
   local group="fetch-group-$1-$3-$(date +%s%N)" c
   consumer_pids=()
   # A member that left would hand its partition to another, which would read it again from the
   # last commit: each stays in the group after its result line until all have one. And members
   # commit as they read (every 100 ms, and when a rebalance takes a partition away): the test
   # cluster starts a new group's first generation at once (no initial rebalance delay), so the
-  # first members to join read a little before the last ones join and the partitions move.
-  # All join at once (a go file), or the first members would start reading before the last join.
+  # first members to join read a little before the last ones join and the partitions move. To
+  # keep that short, all are started first and join at once (a go file).
   local go=$raw/go-$1-$3
   for c in $(seq 1 "$consumers"); do
     RDKAFKA_CONSUME_GO=$go RDKAFKA_CONSUME_IDLE_END_MS=3000 RDKAFKA_CONSUME_HOLD_S=600 \
@@ -117,7 +117,6 @@ fetched=$(answer_bytes Fetch)
 [ "$fetched" -ge $((rounds * records * 1024)) ] || die "kroute answered $fetched Fetch bytes, fewer than its rounds' records"
 cpu=$(awk -v a="$cpu_before" -v b="$(cpu_seconds "$kroute_pid")" -v f="$fetched" 'BEGIN { printf "%.2f", (b - a) / f * 1e9 }')
 peak=$(awk '$1 == "VmHWM:" { printf "%.1f MiB", $2 / 1024 }' "/proc/$kroute_pid/status")
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 d=$(median <<<"${mbps[direct]}")
 echo "| case | group MB/s per round | median | vs direct | first record after (s) | records read twice |"
 echo "|---|---|---:|---:|---|---|"

@@ -72,7 +72,6 @@ for round in $(seq 1 "$rounds"); do
     say "round $round, $c: ${mbps[$c]}"
   done
 done
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "| case | binary | MB/s per round | median | kroute CPU s/GB per round |"
 echo "|---|---|---|---:|---|"
 for c in "${cases[@]}"; do

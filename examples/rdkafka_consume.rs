@@ -18,8 +18,9 @@
 //! - `RDKAFKA_CONSUME_HOLD_S=N`: after the result line, stays in its group for N s more, polling
 //!   at the log end (bench/fetch_memory.sh: what consumers that caught up cost kroute).
 //! - `RDKAFKA_CONSUME_IDLE_END_MS=N`: also ends once no record came for N ms (since its last
-//!   record, or since it got partitions if none came), with what it read; RECORDS 0 then means no count to reach (bench/fetch_group.sh: a
-//!   member of a group reads its partitions to their end, without knowing how much is there).
+//!   record, or since it got partitions if none came), with what it read; RECORDS 0 then means
+//!   no count to reach (bench/fetch_group.sh: a member of a group reads its partitions to their
+//!   end, without knowing how much is there).
 //! - `RDKAFKA_CONSUME_GO=PATH`: first creates `PATH.ready.<pid>`, then waits for PATH to exist
 //!   before it joins its group, so that many members started one by one join at once.
 
@@ -74,6 +75,8 @@ fn run() -> Result<(), String> {
         .map(|ms| ms.parse().map(Duration::from_millis))
         .transpose()
         .map_err(|e| format!("RDKAFKA_CONSUME_IDLE_END_MS: {e}"))?;
+    let hold = std::env::var("RDKAFKA_CONSUME_HOLD_S").map_or(Ok(0), |s| s.parse::<u64>());
+    let hold = Duration::from_secs(hold.map_err(|e| format!("RDKAFKA_CONSUME_HOLD_S: {e}"))?);
     if records == 0 && idle_end.is_none() {
         return Err("RECORDS 0 needs RDKAFKA_CONSUME_IDLE_END_MS".into());
     }
@@ -116,8 +119,6 @@ fn run() -> Result<(), String> {
         "{}",
         result_line(start_wall, start, first, last, count, bytes)
     );
-    let hold = std::env::var("RDKAFKA_CONSUME_HOLD_S").map_or(Ok(0), |s| s.parse::<u64>());
-    let hold = Duration::from_secs(hold.map_err(|e| format!("RDKAFKA_CONSUME_HOLD_S: {e}"))?);
     if !hold.is_zero() {
         use std::io::Write;
         let _ = std::io::stdout().flush();

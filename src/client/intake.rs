@@ -15,7 +15,7 @@ use tokio_util::codec::Decoder;
 
 use super::limits::Admitted;
 use super::session::ClientError;
-use crate::protocol::frame::{FrameCodec, FrameError};
+use crate::protocol::frame::{FRESH_BUFFER_BYTES, FrameCodec, FrameError};
 
 /// The timer's deadline when no timeout is on (it then re-checks once a day).
 const FAR: Duration = Duration::from_secs(86_400);
@@ -42,7 +42,7 @@ impl<'a, R: AsyncRead + Unpin> Intake<'a, R> {
         };
         Intake {
             rd,
-            buf: BytesMut::with_capacity(64 * 1024),
+            buf: BytesMut::with_capacity(FRESH_BUFFER_BYTES),
             codec: FrameCodec::new(max_frame_bytes),
             conn,
             timer: Box::pin(tokio::time::sleep_until(armed)),

@@ -22,8 +22,8 @@ const MAX_RESERVE_STEP: usize = 256 * 1024;
 /// stays within N times what arrived, whatever a header announces.
 const WHOLE_FRAME_AFTER: usize = 8;
 
-/// The read buffer's size after a frame larger than [`MAX_RESERVE_STEP`] (and the size callers
-/// start with).
+/// A read buffer's size when a connection starts, and again after each frame larger than
+/// [`MAX_RESERVE_STEP`].
 pub const FRESH_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Why a byte stream stopped being a valid Kafka frame stream.

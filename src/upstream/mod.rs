@@ -44,7 +44,7 @@ use crate::cluster::AbsurdCluster;
 use crate::log_every::Every;
 use crate::metrics::BrokerMetrics;
 use crate::protocol::endpoints::carries_node_endpoints;
-use crate::protocol::frame::{FrameCodec, FrameError, size_prefix};
+use crate::protocol::frame::{FRESH_BUFFER_BYTES, FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
 use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
@@ -554,7 +554,7 @@ async fn read_responses(
     _hangup: oneshot::Sender<()>,
 ) {
     let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
-    let mut frames = FramedRead::with_capacity(rd, codec, 64 * 1024);
+    let mut frames = FramedRead::with_capacity(rd, codec, FRESH_BUFFER_BYTES);
     let mut expected = Expected::new(pending_rx);
     let ended = loop {
         let event = tokio::select! {
