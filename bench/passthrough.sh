@@ -517,8 +517,14 @@ run_case() { # PHASE ROUND CASE RECORDS THROUGHPUT  (ROUND "warmup" is not recor
   printf '%s\n' "$phase	$round	$case	$n	$rps	$mbps	$avg	$max	$p50	$p95	$p99	$p999	$tput	$dkb	$dkr	$dkc	$kcpu	$drb	$drc	$rcpu	$wall" >>"$RESULTS"
 }
 
+# java_consumer_metric NAME LOG: the value ConsumerPerformance --print-metrics gave the consumer's
+# fetch-manager metric NAME, 3 decimals ("-" if absent)
+java_consumer_metric() {
+  awk -v m="consumer-fetch-manager-metrics:$1:" 'index($0, m) == 1 { v = $NF } END { if (v == "" || v == "NaN") print "-"; else printf "%.3f\n", v }' "$2"
+}
+
 # one consumer run: reads FETCH_RECORDS from the earliest offset in a fresh group
-FETCH_HEADER="round	case	records	mb_per_s	fetch_mb_per_s	records_per_s	kroute_fetch_bytes	kroute_cpu_s	kroute_rss_kib	relay_bytes	relay_cpu_s	wall_s"
+FETCH_HEADER="round	case	records	mb_per_s	fetch_mb_per_s	records_per_s	kroute_fetch_bytes	kroute_cpu_s	kroute_rss_kib	relay_bytes	relay_cpu_s	wall_s	lat_mean_ms	lat_p50_ms	lat_p99_ms	lat_max_ms"
 run_fetch_case() { # ROUND CASE
   local round=$1 case=$2 n=$FETCH_RECORDS log="$RAW/fetch-$1-$2.log" bootstrap prefix=()
   case $case in
@@ -528,10 +534,12 @@ run_fetch_case() { # ROUND CASE
   esac
   local kb0 kt0 rb0 rt0 t0 kb1 kt1 rb1 rt1 t1 rss
   kb0=$(kroute_fetch_bytes); kt0=$(cpu_ticks "$kroute_pid"); rb0=$(veth_tx); rt0=$(relay_ticks); t0=$(date +%s.%N)
+  # --print-metrics: the consumer's fetch-latency-avg and -max at the end
   local consumer=("${CONSUMER_JVM[@]}" --bootstrap-server "$bootstrap" --topic "$TOPIC"
-    --messages "$n" --timeout 60000 --group "kroute-bench-fetch-$round-$case-$$" "${CONSUMER_CONFIG[@]}")
-  # the same result line either way (examples/rdkafka_consume.rs prints ConsumerPerformance's)
-  [ "$FETCH_CLIENT" = java ] || consumer=("$RDKAFKA_CONSUME_BIN" "$bootstrap" "$TOPIC" "$n")
+    --messages "$n" --timeout 60000 --group "kroute-bench-fetch-$round-$case-$$" "${CONSUMER_CONFIG[@]}" --print-metrics)
+  # the same result line either way (examples/rdkafka_consume.rs prints ConsumerPerformance's),
+  # then librdkafka's round trips to the brokers while reading (RDKAFKA_CONSUME_RTT)
+  [ "$FETCH_CLIENT" = java ] || consumer=(env RDKAFKA_CONSUME_RTT=1 "$RDKAFKA_CONSUME_BIN" "$bootstrap" "$TOPIC" "$n")
   if ! "${prefix[@]}" "${consumer[@]}" >"$log" 2>&1; then
     tail -n 20 "$log" >&2; die "consumer failed (fetch round $round, $case): $log"
   fi
@@ -548,6 +556,13 @@ run_fetch_case() { # ROUND CASE
   IFS=', ' read -r _ _ _ _ mb mbps nmsg _ _ _ fetch_mbps fetch_rps <<<"$line"
   [[ $nmsg =~ ^[0-9]+$ ]] || die "cannot parse '$line' ($log)"
   [ "$nmsg" -ge "$n" ] || die "$case: consumer read $nmsg of $n records ($log)"
+  local lat_mean=- lat_p50=- lat_p99=- lat_max=-
+  if [ "$FETCH_CLIENT" = java ]; then
+    lat_mean=$(java_consumer_metric fetch-latency-avg "$log"); lat_max=$(java_consumer_metric fetch-latency-max "$log")
+  else
+    read -r lat_mean lat_p50 lat_p99 lat_max < <(sed -n 's/^fetch_rtt_ms mean=\([^ ]*\) p50=\([^ ]*\) p99=\([^ ]*\) max=\([^ ]*\) .*/\1 \2 \3 \4/p' "$log")
+    [ -n "$lat_max" ] || die "no fetch_rtt_ms line in $log"
+  fi
   local dkb=$((kb1 - kb0)) drb=$((rb1 - rb0)) payload=$((n * RECORD_SIZE)) kcpu rcpu wall
   kcpu=$(awk -v a="$kt0" -v b="$kt1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / h }')
   rcpu=$(awk -v a="$rt0" -v b="$rt1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / h }')
@@ -562,7 +577,7 @@ run_fetch_case() { # ROUND CASE
   wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   say "$(printf 'fetch %-6s %-6s %7.2f MB/s (fetching %7.2f) | kroute +%d B Fetch cpu %ss rss %d KiB | relay +%d B cpu %ss' \
     "$round" "$case" "$mbps" "$fetch_mbps" "$dkb" "$kcpu" "$rss" "$drb" "$rcpu")"
-  printf '%s\n' "$round	$case	$nmsg	$mbps	$fetch_mbps	$fetch_rps	$dkb	$kcpu	$rss	$drb	$rcpu	$wall" >>"$OUT/fetch.tsv"
+  printf '%s\n' "$round	$case	$nmsg	$mbps	$fetch_mbps	$fetch_rps	$dkb	$kcpu	$rss	$drb	$rcpu	$wall	$lat_mean	$lat_p50	$lat_p99	$lat_max" >>"$OUT/fetch.tsv"
 }
 
 run_phase() { # PHASE RECORDS THROUGHPUT
@@ -627,6 +642,7 @@ fixed_rate_setting=$FIXED_RATE
 fixed_fraction=$FIXED_FRACTION
 warmup_records=$WARMUP_RECORDS
 fetch_records=$([[ " $PHASES " != *" fetch "* ]] || echo "$FETCH_RECORDS")
+fetch_client=$FETCH_CLIENT
 loadavg_before=$load_before
 loadavg_after=$load_after
 duration_s=$((SECONDS - bench_start))

@@ -299,19 +299,28 @@ def fetch_lines(path):
             r = dict(zip(header, line.rstrip("\n").split("\t")))
             for k in header:
                 if k != "case":
-                    r[k] = float(r[k])
+                    # "-": a latency the client does not report (float("nan") for it)
+                    r[k] = float("nan") if r[k] == "-" else float(r[k])
             rows.append(r)
     if not rows:
         return ""
+    librdkafka = META.get("fetch_client") == "librdkafka"
     by = {(r["round"], r["case"]): r for r in rows}
     cases = [c for c in ("direct", "kroute", "relay") if any(r["case"] == c for r in rows)]
     out = [
-        f"**Reading it back** (fetch phase: ConsumerPerformance, a fresh group per run, "
-        f"{META.get('fetch_records', '?')} records from the earliest offset; 'fetching' MB/s "
-        "leaves out the group join)",
+        f"**Reading it back** (fetch phase: "
+        + ("librdkafka (examples/rdkafka_consume)" if librdkafka else "ConsumerPerformance")
+        + f", a fresh group per run, {META.get('fetch_records', '?')} records from the earliest "
+        "offset; 'fetching' MB/s leaves out the group join; fetch latency: "
+        + (
+            "librdkafka's round trips to the brokers while records came, mean / p50 / p99 / max"
+            if librdkafka
+            else "the consumer's fetch-latency-avg / -max"
+        )
+        + ", median of the rounds)",
         "",
-        "| case | MB/s (median) | vs direct (median of rounds) | fetching MB/s | proxy CPU s/GB read | kroute RSS max MiB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | MB/s (median) | vs direct (median of rounds) | fetching MB/s | fetch latency ms | proxy CPU s/GB read | kroute RSS max MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     ratios = {}
     for c in cases:
@@ -332,7 +341,7 @@ def fetch_lines(path):
             cpu, rss = float("nan"), "-"
         out.append(
             f"| {c} | {med([r['mb_per_s'] for r in rs]):.1f} | {fmt_ratio(ratios[c])} | "
-            f"{med([r['fetch_mb_per_s'] for r in rs]):.1f} | "
+            f"{med([r['fetch_mb_per_s'] for r in rs]):.1f} | {latency_cell(rs, librdkafka)} | "
             + ("-" if cpu != cpu else f"{cpu:.2f}")
             + f" | {rss} |"
         )
@@ -349,6 +358,16 @@ def fetch_lines(path):
         out.append(f"- kroute CPU per GB read <= 0.5x socat's: {kc / sc:.2f}x - {verdict(ok)}")
     out.append("")
     return "\n".join(out)
+
+
+def latency_cell(rs, librdkafka):
+    """Fetch latency of a case's runs, the median of each figure over the rounds."""
+    names = ("lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_max_ms") if librdkafka else ("lat_mean_ms", "lat_max_ms")
+    cells = []
+    for n in names:
+        vs = [r[n] for r in rs if n in r and r[n] == r[n]]
+        cells.append(f"{med(vs):.2f}" if vs else "-")
+    return " / ".join(cells)
 
 
 def write_docs(path, text):

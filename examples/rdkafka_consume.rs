@@ -23,13 +23,67 @@
 //!   end, without knowing how much is there).
 //! - `RDKAFKA_CONSUME_GO=PATH`: first creates `PATH.ready.<pid>`, then waits for PATH to exist
 //!   before it joins its group, so that many members started one by one join at once.
+//! - `RDKAFKA_CONSUME_RTT=1`: also prints, on a second stdout line, the round-trip time of
+//!   librdkafka's requests to the brokers while records came (almost all of them Fetch
+//!   requests): `fetch_rtt_ms mean=.. p50=.. p99=.. max=.. requests=..`. librdkafka keeps a
+//!   histogram per broker over each statistics interval (here 100 ms) and reports its count,
+//!   sum, percentiles and maximum; mean and max are exact over the windows, p50 and p99 are
+//!   estimated from the windows' own p50 and p99, each weighted by its requests (a window holds
+//!   a few requests per broker, so its p99 is about its maximum: the estimate errs high).
+//!   Windows that began before the first record or ended after the last are left out: Fetch
+//!   requests at the log end wait up to `fetch.wait.max.ms` on purpose.
 
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::Message;
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientConfig, ClientContext};
+
+/// The statistics interval with `RDKAFKA_CONSUME_RTT=1`.
+const RTT_WINDOW: Duration = Duration::from_millis(100);
+
+/// One broker's round trips over one statistics window.
+struct RttWindow {
+    end: Instant,
+    requests: i64,
+    sum_us: i64,
+    p50_us: i64,
+    p99_us: i64,
+    max_us: i64,
+}
+
+/// Collects the brokers' round-trip windows from librdkafka's statistics.
+#[derive(Default)]
+struct RttStats(Mutex<Vec<RttWindow>>);
+
+impl ClientContext for RttStats {
+    fn stats(&self, statistics: Statistics) {
+        let end = Instant::now();
+        let mut windows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Real brokers only: not the bootstrap addresses (node -1) or the logical
+        // coordinator entry (its requests are the group's, not fetches).
+        for broker in statistics.brokers.values() {
+            if broker.nodeid < 0 || broker.source == "logical" {
+                continue;
+            }
+            if let Some(rtt) = broker.rtt.as_ref().filter(|w| w.cnt > 0) {
+                windows.push(RttWindow {
+                    end,
+                    requests: rtt.cnt,
+                    sum_us: rtt.sum,
+                    p50_us: rtt.p50,
+                    p99_us: rtt.p99,
+                    max_us: rtt.max,
+                });
+            }
+        }
+    }
+}
+
+impl ConsumerContext for RttStats {}
 
 /// How long to wait for the next record before giving up.
 const IDLE_LIMIT: Duration = Duration::from_secs(60);
@@ -80,10 +134,16 @@ fn run() -> Result<(), String> {
     if records == 0 && idle_end.is_none() {
         return Err("RECORDS 0 needs RDKAFKA_CONSUME_IDLE_END_MS".into());
     }
+    let rtt = std::env::var("RDKAFKA_CONSUME_RTT").is_ok_and(|v| v == "1");
+    if rtt {
+        config.set("statistics.interval.ms", RTT_WINDOW.as_millis().to_string());
+    }
     if let Ok(go) = std::env::var("RDKAFKA_CONSUME_GO") {
         wait_for_go(&go)?;
     }
-    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+    let consumer: BaseConsumer<RttStats> = config
+        .create_with_context(RttStats::default())
+        .map_err(|e| e.to_string())?;
     consumer.subscribe(&[topic]).map_err(|e| e.to_string())?;
 
     let start = Instant::now();
@@ -119,6 +179,14 @@ fn run() -> Result<(), String> {
         "{}",
         result_line(start_wall, start, first, last, count, bytes)
     );
+    if rtt {
+        let windows = consumer
+            .context()
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        println!("{}", rtt_line(&windows, first, last));
+    }
     if !hold.is_zero() {
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -132,9 +200,49 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// The `fetch_rtt_ms` line (see the module's doc) from the windows that lay wholly between the
+/// first record and the last.
+fn rtt_line(windows: &[RttWindow], first: Option<Instant>, last: Instant) -> String {
+    let from = first.map(|f| f + RTT_WINDOW);
+    let inside: Vec<&RttWindow> = windows
+        .iter()
+        .filter(|w| from.is_some_and(|f| w.end >= f) && w.end <= last)
+        .collect();
+    let requests: i64 = inside.iter().map(|w| w.requests).sum();
+    let sum: i64 = inside.iter().map(|w| w.sum_us).sum();
+    let ms = |us: Option<f64>| us.map_or("-".to_string(), |us| format!("{:.2}", us / 1e3));
+    let max = inside.iter().map(|w| w.max_us as f64).reduce(f64::max);
+    // The histogram's buckets can put a percentile a little above the exact maximum.
+    let at_most_max = |v: Option<f64>| v.zip(max).map(|(v, m)| v.min(m));
+    format!(
+        "fetch_rtt_ms mean={} p50={} p99={} max={} requests={requests}",
+        ms((requests > 0).then(|| sum as f64 / requests as f64)),
+        ms(at_most_max(weighted_quantile(&inside, |w| w.p50_us, 0.5))),
+        ms(at_most_max(weighted_quantile(&inside, |w| w.p99_us, 0.99))),
+        ms(max),
+    )
+}
+
+/// The `q` quantile of `value` over `windows`, each counted as many times as it had requests.
+fn weighted_quantile(
+    windows: &[&RttWindow],
+    value: impl Fn(&RttWindow) -> i64,
+    q: f64,
+) -> Option<f64> {
+    let mut points: Vec<(i64, i64)> = windows.iter().map(|w| (value(w), w.requests)).collect();
+    points.sort_unstable();
+    let total: i64 = points.iter().map(|p| p.1).sum();
+    let rank = (q * total as f64).ceil() as i64;
+    let mut seen = 0;
+    points.into_iter().find_map(|(v, n)| {
+        seen += n;
+        (seen >= rank).then_some(v as f64)
+    })
+}
+
 /// How long no record came: since the last one, or since partitions were assigned if none came.
 fn idle_since(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<RttStats>,
     first: Option<Instant>,
     last: Instant,
     assigned: &mut Option<Instant>,
