@@ -71,7 +71,10 @@ pub fn router(handle: PrometheusHandle, proxy: Arc<Proxy>, samples: Arc<Samples>
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {
-    crate::metrics::observe(&admin.proxy, readiness(&admin.proxy).is_ok());
+    crate::metrics::observe(
+        readiness(&admin.proxy).is_ok(),
+        admin.proxy.config.routing.max_producers,
+    );
     let mut text = admin.handle.render();
     if let Some(lag) = &admin.proxy.lag {
         text.push_str(&crate::lag::metrics::render(

@@ -13,7 +13,6 @@ use metrics::{
     gauge, histogram,
 };
 
-use crate::proxy::Proxy;
 use crate::route::batch::KeepReason;
 use crate::skew::traffic::{Class, ProduceTraffic};
 
@@ -388,10 +387,11 @@ pub fn describe() {
 
 /// Sets the gauges that mirror kroute's state rather than count events: `kroute_ready` (1 if
 /// `ready`: pass what `/ready` answers, so the two always agree) and
-/// `kroute_idempotent_producers_max`. Call before every render of `/metrics`.
-pub fn observe(proxy: &Proxy, ready: bool) {
+/// `kroute_idempotent_producers_max` (`routing.max_producers`). Call before every render of
+/// `/metrics`.
+pub fn observe(ready: bool, max_producers: usize) {
     gauge!("kroute_ready").set(if ready { 1.0 } else { 0.0 });
-    gauge!("kroute_idempotent_producers_max").set(proxy.config.routing.max_producers as f64);
+    gauge!("kroute_idempotent_producers_max").set(max_producers as f64);
 }
 
 /// Largest API key kroute keeps per-API series for; higher keys count as "unknown".
