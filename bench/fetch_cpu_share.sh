@@ -10,7 +10,9 @@
 #   hog      straight from the brokers, beside a process burning that same CPU share (a busy
 #            loop duty-cycled every 10 ms at the kroute runs' mean share so far)
 # If hog reads as slowly as kroute, the gap is kroute's CPU on a saturated machine; if hog reads
-# as fast as direct, it is kroute's added latency.
+# as fast as direct, it is kroute's added latency. Each run also gives the consumer's mean fetch
+# latency (ConsumerPerformance --print-metrics: fetch-latency-avg), which tells the same apart
+# per fetch.
 #
 #   bench/fetch_cpu_share.sh             about 3 min on 2 cores (defaults)
 #
@@ -43,15 +45,18 @@ fill_read_topic "$topic" "$records" "$raw"
 plain_kroute_config "$raw/kroute.toml" "$BOOT"
 start_plain_kroute "$KROUTE_BIN" "$raw/kroute.toml" "$raw/kroute.log"
 
-consume() { # CASE BOOTSTRAP ROUND: ConsumerPerformance's fetch MB/s (the group join left out); sets fetch_s
-  local out=$raw/$1-$3.txt
+consume() { # CASE BOOTSTRAP ROUND: ConsumerPerformance's fetch MB/s (the group join left out); sets fetch_s and latency_ms
+  local out=$raw/$1-$3.txt result
   java -Xmx1g -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true \
     -Dlog4j2.configurationFile=scripts/kafka/log4j2-tools.properties -cp "$lib/*" \
     org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$2" --topic "$topic" \
-    --messages "$records" --group "cpu-share-$1-$3-$(date +%s%N)" --timeout 60000 >"$out" 2>&1 ||
+    --messages "$records" --group "cpu-share-$1-$3-$(date +%s%N)" --timeout 60000 --print-metrics >"$out" 2>&1 ||
     { tail -n 5 "$out" >&2; die "the consumer failed ($1)"; }
-  fetch_s=$(tail -n 1 "$out" | awk -F', ' '{ printf "%.3f", $8 / 1000 }')
-  tail -n 1 "$out" | awk -F', ' '{ print $9 }'
+  result=$(grep -E '^[0-9]{4}-' "$out" | tail -n 1) || die "no result line in $out"
+  fetch_s=$(awk -F', ' '{ printf "%.3f", $8 / 1000 }' <<<"$result")
+  # the consumer's mean fetch latency (--print-metrics), ms
+  latency_ms=$(awk 'index($0, "consumer-fetch-manager-metrics:fetch-latency-avg:") == 1 { v = $NF } END { printf "%.2f", v }' "$out")
+  awk -F', ' '{ print $9 }' <<<"$result"
 }
 hog() { # SHARE: burns SHARE of one core, duty-cycled every 10 ms, until killed
   python3 -c '
@@ -65,7 +70,7 @@ while True:
   hog_pid=$!
 }
 
-declare -A mbps
+declare -A mbps latency
 shares=()
 cases=(direct kroute hog)
 for round in $(seq 1 "$rounds"); do
@@ -84,7 +89,8 @@ for round in $(seq 1 "$rounds"); do
         consume hog "$BOOT" "$round" >"$raw/mbps"; mbps[$c]+="$(cat "$raw/mbps") "
         kill "$hog_pid"; wait "$hog_pid" 2>/dev/null || true; hog_pid='' ;;
     esac
-    say "round $round, $c: ${mbps[$c]}"
+    latency[$c]+="$latency_ms "
+    say "round $round, $c: ${mbps[$c]} (fetch latency ${latency[$c]}ms)"
   done
 done
 fetched=$(answer_bytes Fetch)
@@ -92,9 +98,9 @@ fetched=$(answer_bytes Fetch)
 d=$(median <<<"${mbps[direct]}")
 echo "kroute's CPU share of its fetch phases (cores): ${shares[*]}"
 echo
-echo "| case | fetch MB/s per round | median | vs direct |"
-echo "|---|---|---:|---:|"
+echo "| case | fetch MB/s per round | median | vs direct | fetch latency ms per round (the consumer's fetch-latency-avg) | median |"
+echo "|---|---|---:|---:|---|---:|"
 for c in direct kroute hog; do
   m=$(median <<<"${mbps[$c]}")
-  echo "| $c | ${mbps[$c]} | $m | $(awk -v a="$m" -v b="$d" 'BEGIN { printf "%.2fx", a / b }') |"
+  echo "| $c | ${mbps[$c]} | $m | $(awk -v a="$m" -v b="$d" 'BEGIN { printf "%.2fx", a / b }') | ${latency[$c]} | $(median <<<"${latency[$c]}") |"
 done
