@@ -13,8 +13,10 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use tokio::sync::{Notify, watch};
 
-use crate::rewrite::SeenBroker;
-use crate::upstream::ask::{Ask, exchange};
+use crate::ask::{Ask, exchange};
+
+/// A real broker address seen in a response: (node id, host, port).
+pub type SeenBroker = (i32, String, i32);
 
 /// Where the partitions of one topic are led.
 #[derive(Debug, Clone, PartialEq, Eq)]

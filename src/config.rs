@@ -4,8 +4,10 @@
 //! errors, so a typo never silently falls back to a default. [`Config::load`] returns an error
 //! that names the offending key and says what is wrong with it.
 
+pub mod lag;
 pub mod overrides;
 mod show;
+pub mod skew;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,10 +43,10 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     /// Consumer lag, judged as Burrow judges it ([`crate::lag`]).
     #[serde(default)]
-    pub lag: crate::lag::LagConfig,
+    pub lag: lag::LagConfig,
     /// The skew report and plan ([`crate::skew`]).
     #[serde(default)]
-    pub skew: crate::skew::SkewConfig,
+    pub skew: skew::SkewConfig,
 }
 
 /// How kroute logs (the filter is `RUST_LOG`'s).

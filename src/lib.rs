@@ -11,6 +11,7 @@
 //! [`lag`] judges consumer groups' lag with Burrow's rules and estimates it in seconds.
 
 pub mod admin;
+pub mod ask;
 pub mod balance;
 pub mod client;
 pub mod cluster;

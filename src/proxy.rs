@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::ask::Ask;
 use crate::client::Shutdown;
 use crate::cluster::{AbsurdCluster, ClusterView, fetch_metadata};
 use crate::config::Config;
@@ -13,7 +14,6 @@ use crate::rewrite::AddressMap;
 use crate::route::Router;
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
-use crate::upstream::ask::Ask;
 use crate::upstream::principals::ClientConnections;
 
 pub struct Proxy {
@@ -34,7 +34,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// How kroute's own requests to the broker at `addr` are made
-    /// ([`crate::upstream::ask`]).
+    /// ([`crate::ask`]).
     pub fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a> {
         Ask {
             addr,

@@ -9,7 +9,7 @@
 //! The real addresses seen on the way are reported to the cluster view, so a broker that joins
 //! gets a kroute listener as soon as any client's metadata shows it.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, DescribeClusterResponse, DescribeQuorumResponse, FetchResponse,
     FindCoordinatorResponse, MetadataResponse, ProduceResponse, ShareAcknowledgeResponse,
@@ -18,11 +18,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::cluster::{AbsurdCluster, TopicLayout, check_brokers};
+use crate::cluster::{AbsurdCluster, SeenBroker, TopicLayout, check_brokers};
+use crate::protocol::encode::encode_checked;
 use crate::protocol::versions;
-
-/// A real broker address seen in a response: (node id, host, port).
-pub type SeenBroker = (i32, String, i32);
 
 /// What a response taught kroute about the cluster, besides what it rewrote.
 #[derive(Debug, Default)]
@@ -172,21 +170,6 @@ fn recode<T: Decodable + Encodable>(
     encode_checked(&message, version).map(Some)
 }
 
-/// Encodes `message`, refusing output that would not decode. kafka-protocol 0.18 counts every
-/// unknown tagged field it decoded but writes only those with a tag below 2^31 (it keeps tags as
-/// i32): a body carrying a larger tag would go out with a count its bytes do not hold, and the
-/// client would fail on it. Such a body is an error, as one kroute cannot decode is.
-pub(crate) fn encode_checked<T: Encodable>(message: &T, version: i16) -> anyhow::Result<Bytes> {
-    let size = message.compute_size(version)?;
-    let mut out = BytesMut::with_capacity(size);
-    message.encode(&mut out, version)?;
-    anyhow::ensure!(
-        out.len() == size,
-        "response has a tagged field kroute cannot re-encode (tag above 2^31)"
-    );
-    Ok(out.freeze())
-}
-
 /// Rewrites the body of a response to `api_key`/`version`. `None` means forward it unchanged.
 /// Real broker addresses found are appended to `seen`.
 pub fn rewrite_response(
@@ -291,7 +274,7 @@ fn rewrite_quorum_node(node: &mut describe_quorum_response::Node, p: &mut Pass) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BufMut;
+    use bytes::{BufMut, BytesMut};
     use kafka_protocol::messages::BrokerId;
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::metadata_response::MetadataResponseBroker;

@@ -145,7 +145,7 @@ async fn poll_once(proxy: &Proxy, lag: &LagStore) -> Vec<String> {
 
 /// Owners and commits of the `groups` a broker coordinates.
 async fn read_groups(
-    ask: &crate::upstream::ask::Ask<'_>,
+    ask: &crate::ask::Ask<'_>,
     groups: &[Listed],
     owners: &mut HashMap<String, HashMap<TopicPartition, Owner>>,
     commits: &mut HashMap<String, Vec<(TopicPartition, i64)>>,

@@ -44,6 +44,16 @@ pub struct Params {
     pub minimum_complete: f32,
 }
 
+impl Params {
+    /// The evaluator's settings in `[lag]`.
+    pub fn of(config: &super::LagConfig) -> Self {
+        Self {
+            allowed_lag: config.allowed_lag,
+            minimum_complete: config.minimum_complete,
+        }
+    }
+}
+
 impl Default for Params {
     fn default() -> Self {
         Self {

@@ -34,7 +34,8 @@
 
 pub mod collect;
 pub mod commit_log;
-pub mod config;
+/// `[lag]` (kept with the rest of proxy.toml's sections in [`crate::config`]).
+pub use crate::config::lag as config;
 pub mod evaluate;
 pub mod http;
 pub mod log_end;

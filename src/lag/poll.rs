@@ -2,9 +2,9 @@
 //! plain data: which groups a broker coordinates, who owns their partitions, what they
 //! committed, where partitions are led and where their logs end.
 //!
-//! Every request goes over kroute's own connection to the broker ([`crate::upstream::ask`]),
+//! Every request goes over kroute's own connection to the broker ([`crate::ask`]),
 //! secured as kroute's upstream connections are, at the newest version both sides know
-//! ([`crate::upstream::ask`]), so brokers from Kafka 2.8 on answer: ListGroups tells classic
+//! ([`crate::ask`]), so brokers from Kafka 2.8 on answer: ListGroups tells classic
 //! groups from KIP-848 consumer groups from v5 (3.8; before, every group is classic); OffsetFetch
 //! asks for many groups at once from v8 (3.0; before, one request per group).
 
@@ -22,9 +22,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::store::{Owner, TopicPartition};
+use crate::ask::{Ask, Session, exchange};
 use crate::cluster::METADATA_VERSIONS;
 use crate::protocol::header::{Malformed, WireReader};
-use crate::upstream::ask::{Ask, Session, exchange};
 
 /// A group as ListGroups names it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -88,7 +88,7 @@ impl LagStore {
     pub fn new(config: &LagConfig) -> Self {
         Self {
             config: config.clone(),
-            params: config.params(),
+            params: Params::of(config),
             state: Mutex::new(State::default()),
             from_log: AtomicBool::new(false),
         }

@@ -30,8 +30,8 @@ use super::collect::now_ms;
 use super::commit_log::{self, Aborted, OffsetsRecord};
 use super::metrics::LagMetrics;
 use super::poll;
+use crate::ask::Session;
 use crate::proxy::Proxy;
-use crate::upstream::ask::Session;
 
 /// The coordinators' log.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

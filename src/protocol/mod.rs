@@ -1,5 +1,6 @@
 //! The Kafka wire format, as far as kroute reads it.
 
+pub mod encode;
 pub mod endpoints;
 pub mod frame;
 pub mod header;

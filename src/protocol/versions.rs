@@ -53,7 +53,7 @@ pub fn clamp_api_versions(body: &Bytes, version: i16) -> anyhow::Result<Option<B
             api.max_version = api.max_version.min(ours).max(api.min_version);
         }
     }
-    crate::rewrite::encode_checked(&response, version).map(Some)
+    super::encode::encode_checked(&response, version).map(Some)
 }
 
 /// The body kroute answers itself when a client asks for an ApiVersions version it cannot
@@ -152,7 +152,7 @@ mod tests {
     }
 
     /// Found by the api_versions_clamp fuzz target: a tagged field numbered 2^31 or above was
-    /// counted but not written back (see `rewrite::encode_checked`).
+    /// counted but not written back (see [`super::encode::encode_checked`]).
     #[test]
     fn a_tag_that_cannot_be_written_back_is_an_error() {
         let broker = ApiVersionsResponse::default().with_api_keys(vec![

@@ -32,9 +32,9 @@ use metrics::{Counter, counter};
 use tracing::{info, warn};
 
 use super::producers::Origin;
+use crate::ask::exchange;
 use crate::cluster::METADATA_VERSIONS;
 use crate::proxy::Proxy;
-use crate::upstream::ask::exchange;
 
 /// Epochs skipped above the highest one the brokers hold: a kroute that crashed may have had
 /// batches on their way under an epoch one or two above it (its client had just reset), and a

@@ -16,8 +16,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
 
+use crate::ask::{Ask, exchange};
 use crate::cluster::METADATA_VERSIONS;
-use crate::upstream::ask::{Ask, exchange};
 
 /// One partition's placement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

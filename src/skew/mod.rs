@@ -17,7 +17,8 @@
 //! - [`http`] and [`metrics`] serve them; [`cli`] is the commands' side.
 
 pub mod cli;
-pub mod config;
+/// `[skew]` (kept with the rest of proxy.toml's sections in [`crate::config`]).
+pub use crate::config::skew as config;
 pub mod http;
 pub mod layout;
 pub mod metrics;

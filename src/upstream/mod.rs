@@ -19,7 +19,6 @@
 //! it parks by design, [`deadline`]), the reader closes the connection. The reader learns of
 //! new requests while it waits, and keeps one timer: the oldest request's deadline.
 
-pub mod ask;
 pub mod deadline;
 pub mod principals;
 mod reauth;

@@ -6,8 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::evaluate::Params;
-use crate::config::glob_match;
+use super::glob_match;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -118,14 +117,6 @@ impl LagConfig {
     pub fn watches(&self, group: &str) -> bool {
         self.include.iter().any(|g| glob_match(g, group))
             && !self.exclude.iter().any(|g| glob_match(g, group))
-    }
-
-    /// The evaluator's settings.
-    pub fn params(&self) -> Params {
-        Params {
-            allowed_lag: self.allowed_lag,
-            minimum_complete: self.minimum_complete,
-        }
     }
 
     /// The first key with a value kroute cannot run with, and why.
