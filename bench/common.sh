@@ -152,7 +152,17 @@ wait_sidecar_ready() {
     { tail -n 20 "$RAW/$1.log" >&2; die "$1 not ready within 30s"; }
 }
 
-# --- the read benches (fetch_memory, fetch_group, share_fetch, fetch_cpu_share); each needs say, die
+# --- the read benches (fetch_memory, fetch_group, share_fetch, fetch_cpu_share)
+
+# read_bench_start NAME: say and die with NAME's prefix, and a fresh $raw (target/bench-NAME,
+# underscores as dashes) for the bench's files.
+read_bench_start() {
+  read_bench_name=$1
+  say() { echo "$read_bench_name: $*" >&2; }
+  die() { echo "$read_bench_name: FAILED: $*" >&2; exit 1; }
+  raw=target/bench-${1//_/-}
+  rm -rf "$raw"; mkdir -p "$raw"
+}
 
 # read_bench_kroute_bins: KROUTE_BINS as given, or target/release/kroute, built.
 read_bench_kroute_bins() {

@@ -24,12 +24,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${BENCH_ROUNDS:-5}
 records=${BENCH_RECORDS:-1000000}
-raw=target/bench-fetch-cpu-share
-rm -rf "$raw"; mkdir -p "$raw"
 # shellcheck source=bench/common.sh
 source bench/common.sh
-say() { echo "fetch_cpu_share: $*" >&2; }
-die() { echo "fetch_cpu_share: FAILED: $*" >&2; exit 1; }
+read_bench_start fetch_cpu_share
 KROUTE_BINS=${KROUTE_BIN:-}
 read_bench_kroute_bins
 KROUTE_BIN=$KROUTE_BINS

@@ -18,12 +18,9 @@ cd "$(dirname "$0")/.."
 consumers=${BENCH_CONSUMERS:-50}
 records=${BENCH_RECORDS:-500000}
 rounds=${BENCH_ROUNDS:-3}
-raw=target/bench-fetch-group
-rm -rf "$raw"; mkdir -p "$raw"
 # shellcheck source=bench/common.sh
 source bench/common.sh
-say() { echo "fetch_group: $*" >&2; }
-die() { echo "fetch_group: FAILED: $*" >&2; exit 1; }
+read_bench_start fetch_group
 
 KROUTE_BINS=${KROUTE_BIN:-}
 read_bench_kroute_bins

@@ -25,12 +25,9 @@ cd "$(dirname "$0")/.."
 consumers=${BENCH_CONSUMERS:-50}
 records=${BENCH_RECORDS:-100000}
 hold=${BENCH_HOLD_S:-20}
-raw=target/bench-fetch-memory
-rm -rf "$raw"; mkdir -p "$raw"
 # shellcheck source=bench/common.sh
 source bench/common.sh
-say() { echo "fetch_memory: $*" >&2; }
-die() { echo "fetch_memory: FAILED: $*" >&2; exit 1; }
+read_bench_start fetch_memory
 
 read_bench_kroute_bins
 say "cargo build --release --example rdkafka_consume --example rdkafka_perf"

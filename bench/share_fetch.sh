@@ -19,12 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${BENCH_ROUNDS:-3}
 records=${BENCH_RECORDS:-300000}
-raw=target/bench-share-fetch
-rm -rf "$raw"; mkdir -p "$raw"
 # shellcheck source=bench/common.sh
 source bench/common.sh
-say() { echo "share_fetch: $*" >&2; }
-die() { echo "share_fetch: FAILED: $*" >&2; exit 1; }
+read_bench_start share_fetch
 
 read_bench_kroute_bins
 cargo build --release --quiet --example rdkafka_perf || die "building rdkafka_perf failed"

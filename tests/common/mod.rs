@@ -49,7 +49,17 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Polls `check` until it returns Some or `timeout` passes.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, timeout: Duration, check: impl FnMut() -> Option<T>) -> T {
+    wait_for_described(|| what.to_string(), timeout, check)
+}
+
+/// [`wait_for`], with what it waited for described only on a timeout (so the description can
+/// say how things stood then).
+pub fn wait_for_described<T>(
+    what: impl Fn() -> String,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check() {
@@ -57,7 +67,8 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Opt
         }
         assert!(
             Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
+            "timed out after {timeout:?} waiting for {}",
+            what()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -282,24 +293,21 @@ impl Kroute {
 
     /// Waits until kroute logged a line containing every one of `parts`, and returns it.
     pub fn wait_for_log(&self, parts: &[&str], timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let logs = self.logs();
-            if let Some(line) = logs
-                .into_iter()
-                .find(|l| parts.iter().all(|p| l.contains(p)))
-            {
-                return line;
-            }
-            // Whether kroute still runs says whether the line is late or can never come.
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {timeout:?} waiting for a kroute log line with {parts:?} \
-                 (kroute {})",
-                self.process_state()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // Whether kroute still runs says whether the line is late or can never come.
+        wait_for_described(
+            || {
+                format!(
+                    "a kroute log line with {parts:?} (kroute {})",
+                    self.process_state()
+                )
+            },
+            timeout,
+            || {
+                self.logs()
+                    .into_iter()
+                    .find(|l| parts.iter().all(|p| l.contains(p)))
+            },
+        )
     }
 
     /// "runs", "has exited" or "is gone", from /proc (the child cannot be waited on here).
