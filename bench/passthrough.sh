@@ -71,6 +71,9 @@
 #   BENCH_FETCH_RECORDS   records per fetch run (the topic must hold them) [BENCH_RECORDS]
 #   BENCH_FETCH_CLIENT    java (ConsumerPerformance) or librdkafka (examples/rdkafka_consume.rs,
 #                         its defaults; built with BENCH_BUILD=1; unsecured runs only) [java]
+#   BENCH_L4_RELAY        the relay case's relay: socat, or delay_relay (the test cluster's relay,
+#                         relay/: Rust and tokio, 64 KiB reads, each read forwarded as it arrives;
+#                         built with kroute when BENCH_BUILD=1) [socat]
 #   BENCH_DOCS            file whose results section (one per BENCH_SECURITY) is replaced,
 #                         "none" to skip [docs/benchmarks.md]
 #   BENCH_BUILD           1 = cargo build --release first [1]
@@ -118,6 +121,8 @@ NS=kroute-bench            # network namespace of the relay case
 VETH_HOST=krbench0         # host end of the veth pair
 VETH_NS=krbench1           # namespace end
 RELAY_IP=10.255.77.1       # host end address: the socat relays listen here
+L4_RELAY=${BENCH_L4_RELAY:-socat}
+[[ $L4_RELAY =~ ^(socat|delay_relay)$ ]] || { echo "bench: BENCH_L4_RELAY: socat or delay_relay, not '$L4_RELAY'" >&2; exit 2; }
 NS_IP=10.255.77.2
 OUT=$REPO/target/bench
 [ "$SECURITY" = none ] || OUT=$REPO/target/bench-$SECURITY
@@ -345,7 +350,12 @@ if [ "$BUILD" = 1 ]; then
   if [ "$FETCH_CLIENT" = librdkafka ]; then
     cargo build --release --quiet --example rdkafka_consume || die "cargo build --example rdkafka_consume failed"
   fi
+  if [ "$L4_RELAY" = delay_relay ]; then
+    cargo build --release --quiet -p delay-relay || die "cargo build -p delay-relay failed"
+  fi
 fi
+DELAY_RELAY_BIN=target/release/delay_relay
+[ "$L4_RELAY" = socat ] || [ "$RELAY" = 0 ] || [ -x "$DELAY_RELAY_BIN" ] || die "$DELAY_RELAY_BIN not found (BENCH_BUILD=1 builds it)"
 case $FETCH_CLIENT in
   java) ;;
   librdkafka) [ "$SECURITY" = none ] || die "BENCH_FETCH_CLIENT=librdkafka: unsecured runs only"
@@ -431,18 +441,22 @@ setup_relay() {
   # ... with the namespace's veth address as source (127.0.0.1 is not routable on the veth)
   ip netns exec "$NS" iptables -t nat -A POSTROUTING -o "$VETH_NS" -j SNAT --to-source "$NS_IP"
   for p in "${BROKER_PORTS[@]}"; do
-    socat "TCP4-LISTEN:$p,bind=$RELAY_IP,reuseaddr,fork,nodelay" "TCP4:127.0.0.1:$p,nodelay" \
-      </dev/null >"$OUT/socat-$p.log" 2>&1 &
+    if [ "$L4_RELAY" = delay_relay ]; then
+      "$DELAY_RELAY_BIN" --listen "$RELAY_IP:$p" --target "127.0.0.1:$p" </dev/null >"$OUT/relay-$p.log" 2>&1 &
+    else
+      socat "TCP4-LISTEN:$p,bind=$RELAY_IP,reuseaddr,fork,nodelay" "TCP4:127.0.0.1:$p,nodelay" \
+        </dev/null >"$OUT/socat-$p.log" 2>&1 &
+    fi
     relay_pids+=($!)
   done
   for p in "${BROKER_PORTS[@]}"; do
-    poll 50 0.1 port_open "$RELAY_IP" "$p" || die "socat relay on $RELAY_IP:$p did not come up"
+    poll 50 0.1 port_open "$RELAY_IP" "$p" || die "$L4_RELAY on $RELAY_IP:$p did not come up"
     poll 1 0 ns_port_open 127.0.0.1 "$p" || die "namespace cannot reach broker port $p through the relay"
   done
   poll 50 0.1 no_relay_children || die "relay probe connections did not close"
   # the controller port is not relayed: if the namespace could reach the host loopback, this would connect
   if ns_port_open 127.0.0.1 19091; then die "namespace $NS reaches the host's 127.0.0.1 directly: relay case invalid"; fi
-  say "relay: namespace $NS -> DNAT -> socat on $RELAY_IP:19092-19094 (pids ${relay_pids[*]}) -> brokers; unrelayed 127.0.0.1:19091 unreachable from the namespace (checked)"
+  say "relay: namespace $NS -> DNAT -> $L4_RELAY on $RELAY_IP:19092-19094 (pids ${relay_pids[*]}) -> brokers; unrelayed 127.0.0.1:19091 unreachable from the namespace (checked)"
 }
 [ "$RELAY" = 0 ] || setup_relay
 
@@ -629,7 +643,8 @@ cp "$RESULTS" "$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).tsv"
 bench_identity bench/passthrough.sh
 BENCH_META=$(cat <<EOF
 $(bench_machine_meta)
-socat=$([ "$RELAY" = 0 ] || socat -V | sed -n 's/^socat version \([^ ]*\).*/\1/p')
+socat=$([ "$RELAY" = 0 ] || [ "$L4_RELAY" != socat ] || socat -V | sed -n 's/^socat version \([^ ]*\).*/\1/p')
+l4_relay=$L4_RELAY
 security=$SECURITY
 cases=${CASES[*]}
 direct_bootstrap=$DIRECT_BOOTSTRAP

@@ -157,12 +157,17 @@ def kroute_cpu_per_gb(rows, phase):
     return sum(r["kroute_cpu_s"] for r in k), sum(r["kroute_produce_bytes"] for r in k)
 
 
+def relay_name():
+    """the relay case's relay (bench/passthrough.sh BENCH_L4_RELAY)"""
+    return META.get("l4_relay") or "socat"
+
+
 def cpu_lines(rows):
     relay = has_relay(rows)
     out = ["**Proxy CPU cost** (CPU seconds of the proxy process per GB it received from the producer)", ""]
     cols = ["phase", "kroute CPU s", "kroute Produce GB", "kroute CPU s/GB"]
     if relay:
-        cols += ["socat CPU s", "relay GB", "socat CPU s/GB"]
+        cols += [f"{relay_name()} CPU s", "relay GB", f"{relay_name()} CPU s/GB"]
     out.append("| " + " | ".join(cols) + " |")
     out.append("|---|" + "---:|" * (len(cols) - 1))
     for phase in ("max", "fixed"):
@@ -237,7 +242,7 @@ def report(rows):
     parts.append(
         f"- kroute {m.get('kroute', '?')} (release build); Apache Kafka {m.get('kafka', '?')} "
         f"(1 controller + 3 brokers, scripts/cluster.sh); {m.get('java', '?')}"
-        + (f"; socat {m.get('socat', '?')}" if relay else "")
+        + ((f"; socat {m.get('socat', '?')}" if relay_name() == "socat" else f"; relay case: {relay_name()}") if relay else "")
     )
     desc = SECTIONS[security()][3]
     if desc:
@@ -355,7 +360,7 @@ def fetch_lines(path):
         kc = per_gb(sum(r["kroute_cpu_s"] for r in k), sum(r["kroute_fetch_bytes"] for r in k))
         sc = per_gb(sum(r["relay_cpu_s"] for r in s_), sum(r["relay_bytes"] for r in s_))
         ok = kc <= 0.5 * sc
-        out.append(f"- kroute CPU per GB read <= 0.5x socat's: {kc / sc:.2f}x - {verdict(ok)}")
+        out.append(f"- kroute CPU per GB read <= 0.5x {relay_name()}'s: {kc / sc:.2f}x - {verdict(ok)}")
     out.append("")
     return "\n".join(out)
 
