@@ -82,7 +82,7 @@ async fn metrics(State(admin): State<Admin>) -> Response {
             crate::lag::collect::now_ms(),
         ));
     }
-    if let Some(report) = crate::skew::http::report_now(&admin.proxy, &admin.samples) {
+    if let Some(report) = crate::skew::http::report_now(admin.proxy.as_ref(), &admin.samples) {
         text.push_str(&crate::skew::metrics::render(&report));
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

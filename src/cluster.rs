@@ -15,6 +15,15 @@ use tokio::sync::{Notify, watch};
 
 use crate::ask::{Ask, exchange};
 
+/// The brokers as kroute knows them, and a way to ask one of them something on kroute's own
+/// connection: what kroute's background work (consumer lag, the skew sampler) needs of the
+/// proxy, and all it gets.
+pub trait Brokers: Send + Sync {
+    fn cluster(&self) -> &ClusterView;
+    /// How kroute's own requests to the broker at `addr` are made ([`crate::ask`]).
+    fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a>;
+}
+
 /// A real broker address seen in a response: (node id, host, port).
 pub type SeenBroker = (i32, String, i32);
 

@@ -281,8 +281,19 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(refresh_metadata(proxy.clone()));
     tokio::spawn(kroute::route::recovery::read_held_epochs(proxy.clone()));
     tokio::spawn(kroute::route::producers::sweep_forever(proxy.clone()));
-    tokio::spawn(kroute::lag::collect::run(proxy.clone()));
-    tokio::spawn(kroute::lag::tail::run(proxy.clone()));
+    if let Some(lag) = &proxy.lag {
+        let metrics = &proxy.metrics.lag;
+        tokio::spawn(kroute::lag::collect::run(
+            proxy.clone(),
+            lag.clone(),
+            metrics.clone(),
+        ));
+        tokio::spawn(kroute::lag::tail::run(
+            proxy.clone(),
+            lag.clone(),
+            metrics.clone(),
+        ));
+    }
     tokio::spawn(kroute::skew::sample::run(proxy.clone(), samples));
     let listening = tokio::spawn(listener::run(proxy.clone()));
 

@@ -13,7 +13,7 @@ use metrics::{
     gauge, histogram,
 };
 
-use crate::route::batch::KeepReason;
+use crate::balance::keep::KeepReason;
 use crate::skew::traffic::{Class, ProduceTraffic};
 
 /// Name of the upstream latency histogram (its buckets are set when the exporter is installed).
@@ -612,7 +612,7 @@ pub struct Metrics {
     pub metadata_refresh_failures: Counter,
     pub routing: RoutingMetrics,
     pub sequencing: SequenceMetrics,
-    pub lag: crate::lag::metrics::LagMetrics,
+    pub lag: Arc<crate::lag::metrics::LagMetrics>,
     apis: Vec<ApiMetrics>,
     brokers: DashMap<i32, Arc<BrokerMetrics>>,
 }
@@ -686,7 +686,7 @@ impl Metrics {
             metadata_refresh_failures: counter!("kroute_metadata_refresh_failures_total"),
             routing: RoutingMetrics::new(),
             sequencing: SequenceMetrics::new(),
-            lag: crate::lag::metrics::LagMetrics::new(),
+            lag: Arc::new(crate::lag::metrics::LagMetrics::new()),
             apis,
             brokers: DashMap::new(),
         }

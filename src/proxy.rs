@@ -5,8 +5,9 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::ask::Ask;
+use crate::balance::scores::Scores;
 use crate::client::Shutdown;
-use crate::cluster::{AbsurdCluster, ClusterView, fetch_metadata};
+use crate::cluster::{AbsurdCluster, Brokers, ClusterView, fetch_metadata};
 use crate::config::Config;
 use crate::lag::LagStore;
 use crate::metrics::Metrics;
@@ -14,6 +15,7 @@ use crate::rewrite::AddressMap;
 use crate::route::Router;
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
+use crate::skew::{self, traffic::ProduceTraffic};
 use crate::upstream::principals::ClientConnections;
 
 pub struct Proxy {
@@ -30,6 +32,42 @@ pub struct Proxy {
     pub shutdown: Shutdown,
     /// Consumer lag, when `[lag]` is enabled.
     pub lag: Option<Arc<LagStore>>,
+}
+
+impl Brokers for Proxy {
+    fn cluster(&self) -> &ClusterView {
+        &self.cluster
+    }
+
+    fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a> {
+        Proxy::ask(self, addr)
+    }
+}
+
+impl skew::Sources for Proxy {
+    fn settings(&self) -> &skew::SkewConfig {
+        &self.config.skew
+    }
+
+    fn bootstrap_servers(&self) -> &[String] {
+        &self.config.upstream.bootstrap_servers
+    }
+
+    fn learns_brokers_from_clients(&self) -> bool {
+        self.security.learns_brokers_from_clients()
+    }
+
+    fn traffic(&self) -> &ProduceTraffic {
+        &self.metrics.routing.traffic
+    }
+
+    fn scores(&self) -> &Scores {
+        &self.router.scores
+    }
+
+    fn lag(&self) -> Option<&LagStore> {
+        self.lag.as_deref()
+    }
 }
 
 impl Proxy {

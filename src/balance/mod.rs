@@ -1,5 +1,5 @@
-//! The routing core: live per-broker latency scores ([`scores`]) and the choice of the broker
-//! that movable batches go to ([`strategy`]).
+//! The routing core: live per-broker latency scores ([`scores`]), the choice of the broker
+//! that movable batches go to ([`strategy`]), and why a batch does not move ([`keep`]).
 //!
 //! It knows nothing of connections, requests or the proxy: callers report what happened to
 //! the requests they sent (`sent`, `answered`, `abandoned`) and ask where the next bytes of a
@@ -7,5 +7,6 @@
 //! the wall clock; the fleet simulator (`examples/fleet_sim`) passes virtual time and runs
 //! thousands of these side by side.
 
+pub mod keep;
 pub mod scores;
 pub mod strategy;

@@ -27,7 +27,7 @@ use super::authenticated::ClientAuth;
 use super::intake::Intake;
 use super::limits::{Admitted, Timeout};
 use super::replies::{Pending, Slot, Slots, queue, write_replies};
-use crate::lag::observe::commit_hook;
+use crate::lag::observe::commit_observer;
 use crate::log_every::Every;
 use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
@@ -345,9 +345,19 @@ async fn read_requests(
                     reply = reply.with_hook(learn_written_topics(written, head.api_version));
                 }
                 if head.api() == Some(ApiKey::OffsetCommit)
-                    && let Some(hook) = commit_hook(proxy, head.api_version, &frame)
+                    && let Some(observe) = commit_observer(
+                        proxy.lag.as_ref(),
+                        &proxy.metrics.lag,
+                        head.api_version,
+                        &frame,
+                    )
                 {
-                    reply = reply.with_hook(hook);
+                    reply = reply.with_hook(Box::new(move |answer| {
+                        if let Ok(accepted) = &answer {
+                            observe(accepted);
+                        }
+                        answer
+                    }));
                 }
                 let out = Outbound::new(frame, Some(reply));
                 upstreams.home.send(out).await?;

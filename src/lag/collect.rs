@@ -21,9 +21,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info, warn};
 
+use super::metrics::LagMetrics;
 use super::poll::{self, Listed};
 use super::store::{LagStore, Owner, Source, TopicPartition};
-use crate::proxy::Proxy;
+use crate::cluster::Brokers;
 
 /// Polls in a row that must fail in part before it is logged as a warning.
 pub const WARN_AFTER_FAILED_POLLS: u32 = 3;
@@ -36,23 +37,19 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Polls forever (returns at once when `[lag]` is off).
-pub async fn run(proxy: Arc<Proxy>) {
-    let Some(lag) = proxy.lag.clone() else {
-        return;
-    };
+/// Polls forever.
+pub async fn run(brokers: Arc<dyn Brokers>, lag: Arc<LagStore>, metrics: Arc<LagMetrics>) {
     let every = Duration::from_millis(lag.config().poll_interval_ms);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failed_in_a_row = 0u32;
     loop {
         tick.tick().await;
-        if !proxy.cluster.is_ready() {
+        if !brokers.cluster().is_ready() {
             continue;
         }
         let started = Instant::now();
-        let errors = poll_once(&proxy, &lag).await;
-        let metrics = &proxy.metrics.lag;
+        let errors = poll_once(brokers.as_ref(), &lag).await;
         metrics.poll_seconds.set(started.elapsed().as_secs_f64());
         match errors.first() {
             None => {
@@ -79,19 +76,19 @@ pub async fn run(proxy: Arc<Proxy>) {
 }
 
 /// One poll; returns what failed.
-async fn poll_once(proxy: &Proxy, lag: &LagStore) -> Vec<String> {
+async fn poll_once(brokers: &dyn Brokers, lag: &LagStore) -> Vec<String> {
     let asked_ms = now_ms();
     let mut errors = Vec::new();
-    let brokers: Vec<String> = proxy
-        .cluster
+    let addresses: Vec<String> = brokers
+        .cluster()
         .node_ids()
         .into_iter()
-        .filter_map(|id| proxy.cluster.address(id))
+        .filter_map(|id| brokers.cluster().address(id))
         .collect();
     let mut owners: HashMap<String, HashMap<TopicPartition, Owner>> = HashMap::new();
     let mut commits: HashMap<String, Vec<(TopicPartition, i64)>> = HashMap::new();
-    for addr in &brokers {
-        let ask = proxy.ask(addr);
+    for addr in &addresses {
+        let ask = brokers.ask(addr);
         let groups = match poll::list_groups(&ask).await {
             Ok(groups) => groups,
             Err(e) => {
@@ -109,7 +106,7 @@ async fn poll_once(proxy: &Proxy, lag: &LagStore) -> Vec<String> {
     }
     let mut read: BTreeSet<TopicPartition> = lag.partitions_read();
     read.extend(commits.values().flatten().map(|(tp, _)| tp.clone()));
-    let log_ends = match read_log_ends(proxy, lag, &brokers).await {
+    let log_ends = match read_log_ends(brokers, lag, &addresses).await {
         Ok((ends, failed)) => {
             errors.extend(failed);
             ends
@@ -192,14 +189,14 @@ fn topic_offset(topics: &mut BTreeMap<String, Vec<i64>>, topic: String, partitio
 /// them: its topic endpoints list them all); also teaches the store topic ids. Returns the
 /// readings and the leaders that failed.
 async fn read_log_ends(
-    proxy: &Proxy,
+    brokers: &dyn Brokers,
     lag: &LagStore,
-    brokers: &[String],
+    addresses: &[String],
 ) -> anyhow::Result<(Vec<(TopicPartition, i64)>, Vec<String>)> {
-    let first = brokers
+    let first = addresses
         .first()
         .ok_or_else(|| anyhow::anyhow!("no broker known"))?;
-    let found = poll::all_leaders(&proxy.ask(first)).await?;
+    let found = poll::all_leaders(&brokers.ask(first)).await?;
     lag.learn_topic_ids(found.topic_ids);
     let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
     for (tp, leader) in found.leaders {
@@ -207,11 +204,11 @@ async fn read_log_ends(
     }
     let (mut ends, mut failed) = (Vec::new(), Vec::new());
     for (leader, tps) in by_leader {
-        let Some(addr) = proxy.cluster.address(leader) else {
+        let Some(addr) = brokers.cluster().address(leader) else {
             failed.push(format!("broker {leader}: address unknown"));
             continue;
         };
-        match poll::log_ends(&proxy.ask(&addr), &tps).await {
+        match poll::log_ends(&brokers.ask(&addr), &tps).await {
             Ok(read) => ends.extend(read),
             Err(e) => failed.push(format!("{addr}: ListOffsets: {e:#}")),
         }

@@ -1,8 +1,9 @@
 //! Commits seen passing through kroute: the OffsetCommit requests of watched groups are read
 //! on their way to the broker, and recorded from the broker's answer (only what it accepted).
 //!
-//! The data path's only contact with lag: [`commit_hook`] is asked about each OffsetCommit
-//! request, and returns an answer hook or nothing. Requests are forwarded untouched either way.
+//! The data path's only contact with lag: [`commit_observer`] is asked about each OffsetCommit
+//! request, and returns what to do with the broker's answer, or nothing. Requests are forwarded
+//! untouched either way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,18 +12,25 @@ use bytes::Bytes;
 use tracing::debug;
 
 use super::collect::now_ms;
+use super::metrics::LagMetrics;
 use super::offset_commit::{TopicRef, read_request, read_response};
 use super::store::{LagStore, Source};
-use crate::proxy::Proxy;
-use crate::upstream::AnswerHook;
 
-/// A hook recording the commits of this OffsetCommit request (`payload`, of `version`) that the
-/// broker accepts; `None` when lag is off, the group is not watched, or the request cannot be
-/// read (counted: the broker still gets it and has the last word).
-pub fn commit_hook(proxy: &Proxy, version: i16, payload: &Bytes) -> Option<AnswerHook> {
+/// What to do with the broker's answer to an OffsetCommit request: read it, and record the
+/// commits it accepted.
+pub type CommitObserver = Box<dyn FnOnce(&Bytes) + Send>;
+
+/// An observer recording the commits of this OffsetCommit request (`payload`, of `version`)
+/// that the broker accepts; `None` when lag is off, the group is not watched, or the request
+/// cannot be read (counted: the broker still gets it and has the last word).
+pub fn commit_observer(
+    lag: Option<&Arc<LagStore>>,
+    metrics: &LagMetrics,
+    version: i16,
+    payload: &Bytes,
+) -> Option<CommitObserver> {
     // Commits read from __consumer_offsets need no second copy from the data path.
-    let lag = proxy.lag.clone().filter(|lag| !lag.commits_from_log())?;
-    let metrics = &proxy.metrics.lag;
+    let lag = lag.filter(|lag| !lag.commits_from_log())?.clone();
     let request = match read_request(payload, version) {
         Ok(request) => request,
         Err(e) => {
@@ -44,20 +52,17 @@ pub fn commit_hook(proxy: &Proxy, version: i16, payload: &Bytes) -> Option<Answe
         metrics.commits_observed.clone(),
         metrics.commits_unreadable.clone(),
     );
-    Some(Box::new(move |reply| {
-        if let Ok(answer) = &reply {
-            match read_response(answer, version) {
-                Ok(results) => {
-                    let recorded = record(&lag, &group, &offsets, results);
-                    observed.increment(recorded);
-                }
-                Err(e) => {
-                    unreadable.increment(1);
-                    debug!(version, "OffsetCommit response not read for lag: {e}");
-                }
+    Some(Box::new(move |answer| {
+        match read_response(answer, version) {
+            Ok(results) => {
+                let recorded = record(&lag, &group, &offsets, results);
+                observed.increment(recorded);
+            }
+            Err(e) => {
+                unreadable.increment(1);
+                debug!(version, "OffsetCommit response not read for lag: {e}");
             }
         }
-        reply
     }))
 }
 

@@ -31,7 +31,7 @@ use super::commit_log::{self, Aborted, OffsetsRecord};
 use super::metrics::LagMetrics;
 use super::poll;
 use crate::ask::Session;
-use crate::proxy::Proxy;
+use crate::cluster::Brokers;
 
 /// The coordinators' log.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -54,19 +54,19 @@ const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 /// their windows would fall silent and turn STOP.
 const FALL_BACK_AFTER: u32 = 20;
 
-/// Tails forever (returns at once when `[lag]` is off).
-pub async fn run(proxy: Arc<Proxy>) {
-    let Some(lag) = proxy.lag.clone().filter(|lag| lag.config().offsets_log) else {
+/// Tails forever (returns at once unless `lag.offsets_log` is on).
+pub async fn run(brokers: Arc<dyn Brokers>, lag: Arc<LagStore>, metrics: Arc<LagMetrics>) {
+    if !lag.config().offsets_log {
         return;
-    };
+    }
     let mut tail = Tail::default();
     let (mut denied, mut failed_rounds) = (false, 0u32);
     loop {
         tokio::time::sleep(ROUND).await;
-        if !proxy.cluster.is_ready() {
+        if !brokers.cluster().is_ready() {
             continue;
         }
-        match tail.round(&proxy, &lag).await {
+        match tail.round(brokers.as_ref(), &lag, &metrics).await {
             Ok(read) => {
                 if denied || failed_rounds >= FALL_BACK_AFTER {
                     info!("reading {OFFSETS_TOPIC} works again: lag commits come from it");
@@ -88,7 +88,7 @@ pub async fn run(proxy: Arc<Proxy>) {
             }
             Err(Refused::Other(e)) => {
                 debug!("reading {OFFSETS_TOPIC}: {e:#}");
-                proxy.metrics.lag.log_reads_failed.increment(1);
+                metrics.log_reads_failed.increment(1);
                 tail.forget_leaders();
                 failed_rounds += 1;
                 if failed_rounds == FALL_BACK_AFTER && lag.commits_from_log() {
@@ -132,9 +132,14 @@ impl Tail {
     /// One fetch from every leader. Ok(false) while the topic does not exist yet. A leader that
     /// fails does not keep the others' commits from being recorded; the first error is
     /// returned after all were asked.
-    async fn round(&mut self, proxy: &Proxy, lag: &LagStore) -> Result<bool, Refused> {
+    async fn round(
+        &mut self,
+        brokers: &dyn Brokers,
+        lag: &LagStore,
+        metrics: &LagMetrics,
+    ) -> Result<bool, Refused> {
         if self.leaders.is_empty() {
-            self.find_leaders(proxy).await?;
+            self.find_leaders(brokers).await?;
             if self.leaders.is_empty() {
                 return Ok(false); // no group has committed yet: the topic does not exist
             }
@@ -145,7 +150,9 @@ impl Tail {
         }
         let mut first_error = None;
         for (leader, partitions) in by_leader {
-            let read = self.read_from(proxy, lag, leader, &partitions).await;
+            let read = self
+                .read_from(brokers, lag, metrics, leader, &partitions)
+                .await;
             if let Err(e) = read {
                 self.sessions.remove(&leader);
                 if matches!(e, Refused::Denied) {
@@ -159,33 +166,34 @@ impl Tail {
 
     async fn read_from(
         &mut self,
-        proxy: &Proxy,
+        brokers: &dyn Brokers,
         lag: &LagStore,
+        metrics: &LagMetrics,
         leader: i32,
         partitions: &[i32],
     ) -> Result<(), Refused> {
-        let addr = proxy
-            .cluster
+        let addr = brokers
+            .cluster()
             .address(leader)
             .ok_or_else(|| anyhow::anyhow!("broker {leader}: address unknown"))?;
         if let Entry::Vacant(slot) = self.sessions.entry(leader) {
-            slot.insert(Session::open(&proxy.ask(&addr)).await?);
+            slot.insert(Session::open(&brokers.ask(&addr)).await?);
         }
         let answer = self.fetch(leader, partitions).await?;
-        self.record(answer, lag, &proxy.metrics.lag)
+        self.record(answer, lag, metrics)
     }
 
     /// The leaders of the topic's partitions, and where to start on the ones new to the tail:
     /// the start of the log, so that the windows fill with the history the log still has.
-    async fn find_leaders(&mut self, proxy: &Proxy) -> anyhow::Result<()> {
-        let first = proxy
-            .cluster
+    async fn find_leaders(&mut self, brokers: &dyn Brokers) -> anyhow::Result<()> {
+        let first = brokers
+            .cluster()
             .node_ids()
             .into_iter()
-            .find_map(|id| proxy.cluster.address(id))
+            .find_map(|id| brokers.cluster().address(id))
             .ok_or_else(|| anyhow::anyhow!("no broker known"))?;
         let topic = BTreeSet::from([OFFSETS_TOPIC.to_string()]);
-        let found = poll::leaders(&proxy.ask(&first), &topic).await?;
+        let found = poll::leaders(&brokers.ask(&first), &topic).await?;
         let mut new: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
         for ((_, partition), leader) in found.leaders {
             self.leaders.insert(partition, leader);
@@ -196,11 +204,13 @@ impl Tail {
             }
         }
         for (leader, partitions) in new {
-            let addr = proxy
-                .cluster
+            let addr = brokers
+                .cluster()
                 .address(leader)
                 .ok_or_else(|| anyhow::anyhow!("broker {leader}: address unknown"))?;
-            for ((_, partition), start) in poll::log_starts(&proxy.ask(&addr), &partitions).await? {
+            for ((_, partition), start) in
+                poll::log_starts(&brokers.ask(&addr), &partitions).await?
+            {
                 self.next.insert(partition, start);
             }
         }

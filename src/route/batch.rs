@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 
 use super::codec::decompress;
+pub use crate::balance::keep::KeepReason;
 
 /// Decompressed bytes one request may cost to inspect; batches beyond it stay where they are.
 /// (Decompression runs on the connection's task: this bounds both memory and time per request.)
@@ -51,69 +52,6 @@ pub(super) const PRODUCER_EPOCH: usize = 51;
 pub(super) const BASE_SEQUENCE: usize = 53;
 pub(super) const RECORD_COUNT: usize = 57;
 pub(super) const RECORDS: usize = 61;
-
-/// Why a batch stays on the partition the client chose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeepReason {
-    /// Not a magic v2 batch (or not parsable as one).
-    Malformed,
-    /// At least one record has a key: its partition was computed from the key.
-    Keyed,
-    /// An idempotent producer: sequence numbers are per partition.
-    Idempotent,
-    Transactional,
-    Control,
-    /// The topic is not enabled for routing in proxy.toml.
-    Policy,
-    /// kroute does not know the topic's partition leaders yet.
-    UnknownTopic,
-    /// The chosen broker leads no partition of the topic that is free in this request.
-    NoPartition,
-    /// The strategy chose the broker the client sent it to.
-    Home,
-    /// Compressed data too large to inspect, or that would not decompress.
-    Uninspectable,
-    /// Keyed and keyless records that could not be split ([`super::divide`]): a part would
-    /// be larger than the batch, or its codec cannot be written.
-    Unsplittable,
-    /// A SASL client whose principal has no connection through kroute to the chosen broker:
-    /// its batch can only go out under its own identity ([`crate::upstream::principals`]).
-    NoClientConnection,
-}
-
-impl KeepReason {
-    pub const ALL: [KeepReason; 12] = [
-        KeepReason::Malformed,
-        KeepReason::Keyed,
-        KeepReason::Idempotent,
-        KeepReason::Transactional,
-        KeepReason::Control,
-        KeepReason::Policy,
-        KeepReason::UnknownTopic,
-        KeepReason::NoPartition,
-        KeepReason::Home,
-        KeepReason::Uninspectable,
-        KeepReason::Unsplittable,
-        KeepReason::NoClientConnection,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            KeepReason::Malformed => "malformed",
-            KeepReason::Keyed => "keyed",
-            KeepReason::Idempotent => "idempotent",
-            KeepReason::Transactional => "transactional",
-            KeepReason::Control => "control",
-            KeepReason::Policy => "policy",
-            KeepReason::UnknownTopic => "unknown_topic",
-            KeepReason::NoPartition => "no_partition",
-            KeepReason::Home => "no_better_broker",
-            KeepReason::Uninspectable => "uninspectable",
-            KeepReason::Unsplittable => "unsplittable",
-            KeepReason::NoClientConnection => "no_client_connection",
-        }
-    }
-}
 
 /// What is known about a partition's records after looking at them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

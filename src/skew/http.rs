@@ -14,12 +14,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
+use super::Sources;
 use super::layout::{Layout, reassigning, replica_sizes};
 use super::plan::{self, PlanError, Request};
 use super::report::{self, Inputs, SkewReport, window_rates};
 use super::sample::{Samples, current_layout};
 use crate::lag::collect::now_ms;
-use crate::proxy::Proxy;
 
 /// The default `tolerance` of a plan: replica moves until the most loaded broker is within 5%
 /// of the mean. Keyed throughput follows the busiest broker's share: in bench/skew.sh, 16/16/4
@@ -29,16 +29,16 @@ pub const DEFAULT_TOLERANCE: f64 = 0.05;
 
 /// What the handlers read: kroute's connections and scores, and the sampler's samples.
 #[derive(Clone)]
-struct Sources {
-    proxy: Arc<Proxy>,
+struct Shared {
+    sources: Arc<dyn Sources>,
     samples: Arc<Samples>,
 }
 
-pub fn routes<S>(proxy: Arc<Proxy>, samples: Arc<Samples>) -> Router<S> {
+pub fn routes<S>(sources: Arc<dyn Sources>, samples: Arc<Samples>) -> Router<S> {
     Router::new()
         .route("/v1/skew", get(skew))
         .route("/v1/plan", get(plan))
-        .with_state(Sources { proxy, samples })
+        .with_state(Shared { sources, samples })
 }
 
 /// axum's `Json` needs a feature kroute leaves off; this is all of it that is used.
@@ -53,43 +53,42 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     json_answer(status, &json!({ "error": message.into() }))
 }
 
-fn not_sampled(proxy: &Proxy) -> Response {
-    let why = if !proxy.config.skew.enabled {
+fn not_sampled(sources: &dyn Sources) -> Response {
+    let why = if !sources.settings().enabled {
         "skew.enabled is off".to_string()
-    } else if proxy.security.learns_brokers_from_clients() {
+    } else if sources.learns_brokers_from_clients() {
         "kroute has no connection of its own to the cluster (SASL passthrough without kroute's credentials)".to_string()
     } else {
         format!(
             "no sample yet: the first is taken within skew.sample_interval_ms ({} ms) of kroute being ready",
-            proxy.config.skew.sample_interval_ms
+            sources.settings().sample_interval_ms
         )
     };
     error(StatusCode::SERVICE_UNAVAILABLE, why)
 }
 
-async fn skew(State(sources): State<Sources>) -> Response {
-    match report_now(&sources.proxy, &sources.samples) {
+async fn skew(State(shared): State<Shared>) -> Response {
+    match report_now(shared.sources.as_ref(), &shared.samples) {
         Some(report) => json_answer(StatusCode::OK, &report),
-        None => not_sampled(&sources.proxy),
+        None => not_sampled(shared.sources.as_ref()),
     }
 }
 
 /// The report from the last samples, the routing scores now and the lag verdicts now; None
 /// before the first sample.
-pub fn report_now(proxy: &Proxy, samples: &Samples) -> Option<SkewReport> {
+pub fn report_now(sources: &dyn Sources, samples: &Samples) -> Option<SkewReport> {
     let (previous, newest) = samples.window();
     let newest = newest?;
     let now = Instant::now();
     let brokers = &newest.layout.brokers;
-    let scores = &proxy.router.scores;
+    let scores = sources.scores();
     let costs_us = brokers
         .iter()
         .copied()
         .zip(scores.costs(brokers, now))
         .collect();
-    let groups = proxy
-        .lag
-        .as_ref()
+    let groups = sources
+        .lag()
         .map(|lag| lag.statuses(now_ms()))
         .unwrap_or_default();
     let inputs = Inputs {
@@ -97,7 +96,7 @@ pub fn report_now(proxy: &Proxy, samples: &Samples) -> Option<SkewReport> {
         newest: &newest,
         costs_us,
         groups,
-        member_margin: proxy.config.skew.member_margin,
+        member_margin: sources.settings().member_margin,
     };
     Some(report::build(&inputs))
 }
@@ -134,24 +133,24 @@ fn query(uri: &Uri) -> Result<(BTreeSet<String>, f64), String> {
     Ok((topics, tolerance))
 }
 
-async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
-    let proxy = &sources.proxy;
+async fn plan(State(shared): State<Shared>, uri: Uri) -> Response {
+    let sources = shared.sources.as_ref();
     let (topics, tolerance) = match query(&uri) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let (previous, newest) = sources.samples.window();
+    let (previous, newest) = shared.samples.window();
     if newest.is_none() {
-        return not_sampled(proxy);
+        return not_sampled(sources);
     }
     // The layout now, not at the last sample: a plan made after the previous one was applied
     // must see its result.
-    let layout = match current_layout(proxy).await {
+    let layout = match current_layout(sources).await {
         Ok(l) => l,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
     };
-    let moving = match controller(proxy, &layout) {
-        Some(addr) => match reassigning(&proxy.ask(&addr), &topics).await {
+    let moving = match controller(sources, &layout) {
+        Some(addr) => match reassigning(&sources.ask(&addr), &topics).await {
             Ok(m) => m,
             Err(e) => {
                 let e = format!("cannot ask the controller for reassignments under way: {e:#}");
@@ -174,7 +173,7 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
                 .iter()
                 .any(|((t, _), rate)| topics.contains(t) && *rate > 0.0)
         });
-    let sizes = sizes(proxy, &layout, &topics).await;
+    let sizes = sizes(sources, &layout, &topics).await;
     let request = Request {
         layout: &layout,
         topics: &topics,
@@ -205,17 +204,18 @@ async fn plan(State(sources): State<Sources>, uri: Uri) -> Response {
     }
 }
 
-fn controller(proxy: &Proxy, layout: &Layout) -> Option<String> {
-    proxy.cluster.address(layout.controller).or_else(|| {
+fn controller(sources: &dyn Sources, layout: &Layout) -> Option<String> {
+    let cluster = sources.cluster();
+    cluster.address(layout.controller).or_else(|| {
         let first = layout.brokers.first()?;
-        proxy.cluster.address(*first)
+        cluster.address(*first)
     })
 }
 
 /// The size of every replica of `topics`, asked of each broker holding one; a broker that
 /// does not answer leaves its sizes unknown (the plan says so).
 async fn sizes(
-    proxy: &Proxy,
+    sources: &dyn Sources,
     layout: &Layout,
     topics: &BTreeSet<String>,
 ) -> BTreeMap<(String, i32), i64> {
@@ -231,10 +231,10 @@ async fn sizes(
     }
     let mut sizes = BTreeMap::new();
     for (broker, wanted) in by_broker {
-        let Some(addr) = proxy.cluster.address(broker) else {
+        let Some(addr) = sources.cluster().address(broker) else {
             continue;
         };
-        if let Ok(found) = replica_sizes(&proxy.ask(&addr), &wanted).await {
+        if let Ok(found) = replica_sizes(&sources.ask(&addr), &wanted).await {
             for (tp, size) in found {
                 let s = sizes.entry(tp).or_insert(0);
                 *s = size.max(*s);

@@ -29,3 +29,27 @@ pub mod traffic;
 
 pub use config::SkewConfig;
 pub use sample::{Sample, Samples};
+
+use crate::balance::scores::Scores;
+use crate::cluster::Brokers;
+use crate::lag::LagStore;
+use traffic::ProduceTraffic;
+
+/// What the sampler and the endpoints read of the running proxy, which provides it
+/// ([`crate::proxy`]): the brokers and how to ask them, and the few settings and live figures
+/// the report shows.
+pub trait Sources: Brokers {
+    /// `[skew]`.
+    fn settings(&self) -> &SkewConfig;
+    /// `upstream.bootstrap_servers`: where to ask for the layout before any broker is known.
+    fn bootstrap_servers(&self) -> &[String];
+    /// kroute has no connection of its own to the cluster (SASL passthrough without its own
+    /// credentials): there is nothing to sample.
+    fn learns_brokers_from_clients(&self) -> bool;
+    /// The produce bytes through kroute, counted on the data path.
+    fn traffic(&self) -> &ProduceTraffic;
+    /// The routing scores: each broker's cost now.
+    fn scores(&self) -> &Scores;
+    /// Consumer lag, when `[lag]` is on.
+    fn lag(&self) -> Option<&LagStore>;
+}

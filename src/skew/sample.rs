@@ -14,11 +14,11 @@ use std::time::Duration;
 use metrics::counter;
 use tracing::info;
 
+use super::Sources;
 use super::layout::{Layout, fetch_layout};
 use super::traffic::ClassBytes;
 use crate::lag::collect::now_ms;
 use crate::lag::poll::log_ends;
-use crate::proxy::Proxy;
 
 /// What one sample read.
 #[derive(Debug, Clone, Default)]
@@ -79,21 +79,21 @@ impl Samples {
 
 /// Samples forever (returns at once when `skew.enabled` is off, or when kroute has no
 /// connection of its own to the cluster: SASL passthrough without kroute's credentials).
-pub async fn run(proxy: Arc<Proxy>, samples: Arc<Samples>) {
-    if !proxy.config.skew.enabled || proxy.security.learns_brokers_from_clients() {
+pub async fn run(sources: Arc<dyn Sources>, samples: Arc<Samples>) {
+    if !sources.settings().enabled || sources.learns_brokers_from_clients() {
         return;
     }
-    let every = Duration::from_millis(proxy.config.skew.sample_interval_ms);
+    let every = Duration::from_millis(sources.settings().sample_interval_ms);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let failures = counter!("kroute_skew_sample_failures_total");
     let mut failing = false;
     loop {
         tick.tick().await;
-        if !proxy.cluster.is_ready() {
+        if !sources.cluster().is_ready() {
             continue;
         }
-        match take(&proxy).await {
+        match take(sources.as_ref()).await {
             Ok(sample) => {
                 if failing {
                     info!("skew sampling works again");
@@ -113,11 +113,11 @@ pub async fn run(proxy: Arc<Proxy>, samples: Arc<Samples>) {
 }
 
 /// The layout now, from the first known broker (or configured bootstrap server) that answers.
-pub async fn current_layout(proxy: &Proxy) -> anyhow::Result<Layout> {
+pub async fn current_layout(sources: &dyn Sources) -> anyhow::Result<Layout> {
     let mut last_error = anyhow::anyhow!("no broker known");
-    let configured = &proxy.config.upstream.bootstrap_servers;
-    for addr in proxy.cluster.bootstrap_candidates(configured) {
-        match fetch_layout(&proxy.ask(&addr)).await {
+    let configured = sources.bootstrap_servers();
+    for addr in sources.cluster().bootstrap_candidates(configured) {
+        match fetch_layout(&sources.ask(&addr)).await {
             Ok(layout) => return Ok(layout),
             Err(e) => last_error = e.context(format!("Metadata from {addr}")),
         }
@@ -127,8 +127,8 @@ pub async fn current_layout(proxy: &Proxy) -> anyhow::Result<Layout> {
 
 /// One sample: the layout from a known broker, then each leader's log ends. A leader that
 /// fails leaves its partitions out of this sample (their rates are unknown, not zero).
-async fn take(proxy: &Proxy) -> anyhow::Result<Sample> {
-    let layout = current_layout(proxy).await?;
+async fn take(sources: &dyn Sources) -> anyhow::Result<Sample> {
+    let layout = current_layout(sources).await?;
     let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
     for (topic, p) in layout.partitions().filter(|(_, p)| p.leader >= 0) {
         by_leader
@@ -138,10 +138,10 @@ async fn take(proxy: &Proxy) -> anyhow::Result<Sample> {
     }
     let mut ends = BTreeMap::new();
     for (leader, partitions) in by_leader {
-        let Some(addr) = proxy.cluster.address(leader) else {
+        let Some(addr) = sources.cluster().address(leader) else {
             continue;
         };
-        if let Ok(read) = log_ends(&proxy.ask(&addr), &partitions).await {
+        if let Ok(read) = log_ends(&sources.ask(&addr), &partitions).await {
             ends.extend(read);
         }
     }
@@ -149,7 +149,7 @@ async fn take(proxy: &Proxy) -> anyhow::Result<Sample> {
         at_ms: now_ms(),
         layout: Arc::new(layout),
         log_ends: ends,
-        traffic: proxy.metrics.routing.traffic.totals(),
+        traffic: sources.traffic().totals(),
     })
 }
 

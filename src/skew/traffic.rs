@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 
-use crate::route::batch::KeepReason;
+use crate::balance::keep::KeepReason;
 
 /// What happened to a batch's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
