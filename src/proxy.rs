@@ -1,6 +1,7 @@
 //! What every connection shares: configuration, the cluster view, metrics, the address map.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tracing::{info, warn};
 
@@ -16,7 +17,7 @@ use crate::route::Router;
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
 use crate::skew::{self, traffic::ProduceTraffic};
-use crate::upstream::principals::ClientConnections;
+use crate::upstream::{self, principals::ClientConnections};
 
 pub struct Proxy {
     pub config: Config,
@@ -41,6 +42,32 @@ impl Brokers for Proxy {
 
     fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a> {
         Proxy::ask(self, addr)
+    }
+}
+
+impl upstream::Context for Proxy {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn scores(&self) -> &Scores {
+        &self.router.scores
+    }
+
+    fn security(&self) -> &UpstreamSecurity {
+        &self.security
+    }
+
+    fn addresses(&self) -> &AddressMap {
+        &self.addresses
+    }
+
+    fn own_producer(&self, producer_id: i64, now: Instant) {
+        self.router.producers.own(producer_id, now);
     }
 }
 

@@ -19,6 +19,7 @@
 //! it parks by design, [`deadline`]), the reader closes the connection. The reader learns of
 //! new requests while it waits, and keeps one timer: the oldest request's deadline.
 
+mod context;
 pub mod deadline;
 pub mod principals;
 mod reauth;
@@ -45,10 +46,10 @@ use crate::metrics::BrokerMetrics;
 use crate::protocol::endpoints::carries_node_endpoints;
 use crate::protocol::frame::{FRESH_BUFFER_BYTES, FrameCodec, FrameError, size_prefix};
 use crate::protocol::header::{response_correlation_id, split_response};
-use crate::proxy::Proxy;
 use crate::rewrite::{Observed, needs_rewrite, rewrite_response};
 use crate::security::stream::{ReadHalf, WriteHalf};
 use crate::security::{Identity, OpenError, Opened, Reauthentication};
+pub use context::Context;
 use deadline::Limit;
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
 use kafka_protocol::protocol::Decodable;
@@ -179,15 +180,15 @@ impl Upstream {
     /// Connects to `addr` (the broker with `node_id`, or -1 for a bootstrap server), secured
     /// for `identity` ([`crate::security`]).
     pub async fn connect(
-        proxy: &Arc<Proxy>,
+        ctx: &Arc<impl Context + 'static>,
         node_id: i32,
         addr: &str,
         identity: Identity,
     ) -> Result<Upstream, DialError> {
-        let link = Link::new(proxy, node_id);
-        let opened = dial(proxy, &link, addr, identity).await?;
+        let link = Link::new(ctx.as_ref(), node_id);
+        let opened = dial(ctx.as_ref(), &link, addr, identity).await?;
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-        start(opened, rx, proxy.clone(), link.clone());
+        start(opened, rx, ctx.clone(), link.clone());
         Ok(Upstream { node_id, tx, link })
     }
 
@@ -211,16 +212,21 @@ impl Upstream {
 
     /// Opens a connection in the background: requests may be queued at once (up to `queue`);
     /// if the connection cannot be made, their replies fail as if the broker had gone away.
-    pub fn open(proxy: &Arc<Proxy>, node_id: i32, addr: String, queue: usize) -> Upstream {
-        let link = Link::new(proxy, node_id);
+    pub fn open(
+        ctx: &Arc<impl Context + 'static>,
+        node_id: i32,
+        addr: String,
+        queue: usize,
+    ) -> Upstream {
+        let link = Link::new(ctx.as_ref(), node_id);
         let (tx, rx) = mpsc::channel(queue);
-        let (proxy, background) = (proxy.clone(), link.clone());
+        let (ctx, background): (Arc<dyn Context>, _) = (ctx.clone(), link.clone());
         tokio::spawn(async move {
-            match dial(&proxy, &background, &addr, Identity::Kroute).await {
-                Ok(opened) => start(opened, rx, proxy, background),
+            match dial(ctx.as_ref(), &background, &addr, Identity::Kroute).await {
+                Ok(opened) => start(opened, rx, ctx, background),
                 Err(e) => {
                     background.reader_done.store(true, Ordering::Relaxed);
-                    proxy.router.scores.unreachable(node_id, Instant::now());
+                    ctx.scores().unreachable(node_id, Instant::now());
                     debug!(broker = node_id, "cannot open a producer connection: {e}");
                     // Dropping `rx` fails the replies of everything queued.
                 }
@@ -293,14 +299,14 @@ pub enum DialError {
 /// broker's metrics. The TLS and SASL handshakes get `connect_timeout_ms` too: a broker that
 /// accepts but never answers must not hold the client connection forever.
 async fn dial(
-    proxy: &Proxy,
+    ctx: &dyn Context,
     link: &Link,
     addr: &str,
     identity: Identity,
 ) -> Result<Opened, DialError> {
-    let tcp = connect_tcp(proxy, link, addr).await?;
-    let secure = proxy.security.open(tcp, link.node_id, addr, identity);
-    match tokio::time::timeout(proxy.config.connect_timeout(), secure).await {
+    let tcp = connect_tcp(ctx, link, addr).await?;
+    let secure = ctx.security().open(tcp, link.node_id, addr, identity);
+    match tokio::time::timeout(ctx.config().connect_timeout(), secure).await {
         Ok(Ok(opened)) => Ok(opened),
         Ok(Err(e)) => {
             link.metrics.connect_failures.increment(1);
@@ -316,9 +322,9 @@ async fn dial(
     }
 }
 
-async fn connect_tcp(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<TcpStream> {
+async fn connect_tcp(ctx: &dyn Context, link: &Link, addr: &str) -> std::io::Result<TcpStream> {
     let stream = match tokio::time::timeout(
-        proxy.config.connect_timeout(),
+        ctx.config().connect_timeout(),
         TcpStream::connect(addr),
     )
     .await
@@ -341,7 +347,7 @@ async fn connect_tcp(proxy: &Proxy, link: &Link, addr: &str) -> std::io::Result<
 }
 
 /// Starts the writer and reader tasks of a connected stream.
-fn start(opened: Opened, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: Arc<Link>) {
+fn start(opened: Opened, rx: mpsc::Receiver<Outbound>, ctx: Arc<dyn Context>, link: Arc<Link>) {
     let (rd, wr) = opened.stream.split();
     let (pending_tx, pending_rx) = mpsc::unbounded_channel();
     // Dropped when the reader ends: the writer stops too, and the connection closes.
@@ -355,7 +361,7 @@ fn start(opened: Opened, rx: mpsc::Receiver<Outbound>, proxy: Arc<Proxy>, link: 
         reauth,
         hangup,
     ));
-    tokio::spawn(read_responses(rd, pending_rx, proxy, link, hangup_tx));
+    tokio::spawn(read_responses(rd, pending_rx, ctx, link, hangup_tx));
 }
 
 /// A reply the reader is waiting for, stamped with when its request left and how long the
@@ -394,19 +400,19 @@ struct Link {
 }
 
 impl Link {
-    fn new(proxy: &Proxy, node_id: i32) -> Arc<Link> {
+    fn new(ctx: &dyn Context, node_id: i32) -> Arc<Link> {
         Arc::new(Link {
             node_id,
-            metrics: proxy.metrics.broker(node_id),
-            score: (node_id >= 0).then(|| proxy.router.scores.broker(node_id)),
+            metrics: ctx.metrics().broker(node_id),
+            score: (node_id >= 0).then(|| ctx.scores().broker(node_id)),
             client_left: AtomicBool::new(false),
             reader_done: AtomicBool::new(false),
             client_authenticated: AtomicBool::new(false),
             client_sasl_busy: AtomicBool::new(false),
             principal_known: AtomicBool::new(false),
             client_session: std::sync::Mutex::new(None),
-            injected_refused: proxy.metrics.injected_refused.clone(),
-            request_timeout: proxy.config.request_timeout(),
+            injected_refused: ctx.metrics().injected_refused.clone(),
+            request_timeout: ctx.config().request_timeout(),
         })
     }
 
@@ -548,11 +554,11 @@ enum Event {
 async fn read_responses(
     rd: ReadHalf,
     pending_rx: mpsc::UnboundedReceiver<InFlight>,
-    proxy: Arc<Proxy>,
+    ctx: Arc<dyn Context>,
     link: Arc<Link>,
     _hangup: oneshot::Sender<()>,
 ) {
-    let codec = FrameCodec::new(proxy.config.limits.max_frame_bytes);
+    let codec = FrameCodec::new(ctx.config().limits.max_frame_bytes);
     let mut frames = FramedRead::with_capacity(rd, codec, FRESH_BUFFER_BYTES);
     let mut expected = Expected::new(pending_rx);
     let ended = loop {
@@ -570,7 +576,7 @@ async fn read_responses(
                 }
             }
             Event::Frame(Some(Ok(frame))) => {
-                if let Err(ended) = deliver(&proxy, &link, &mut expected, frame) {
+                if let Err(ended) = deliver(ctx.as_ref(), &link, &mut expected, frame) {
                     break ended;
                 }
             }
@@ -578,7 +584,7 @@ async fn read_responses(
                 break Ended::Broken(format!("read error: {e}"));
             }
             Event::Frame(Some(Err(e))) => {
-                proxy.metrics.upstream_protocol_errors.increment(1);
+                ctx.metrics().upstream_protocol_errors.increment(1);
                 break Ended::Violated(format!("unreadable response: {e}"));
             }
             Event::Frame(None) => break Ended::Broken("closed by the broker".into()),
@@ -587,14 +593,19 @@ async fn read_responses(
     // Set first, so that nothing the writer queues from now on slips past the final drain.
     link.reader_done.store(true, Ordering::Relaxed);
     let unanswered = expected.close();
-    report_end(&proxy, &link, &unanswered, ended);
+    report_end(ctx.as_ref(), &link, &unanswered, ended);
     // Dropping `unanswered` fails every reply still expected, and returning drops `_hangup`,
     // which stops the writer: the connection closes, and the clients waiting are disconnected.
 }
 
 /// Matches one response to the oldest request and hands it on. Err: why the connection
 /// cannot go on.
-fn deliver(proxy: &Proxy, link: &Link, expected: &mut Expected, frame: Bytes) -> Result<(), Ended> {
+fn deliver(
+    ctx: &dyn Context,
+    link: &Link,
+    expected: &mut Expected,
+    frame: Bytes,
+) -> Result<(), Ended> {
     let Some((
         InFlight {
             pending,
@@ -605,7 +616,7 @@ fn deliver(proxy: &Proxy, link: &Link, expected: &mut Expected, frame: Bytes) ->
         previous_answer,
     )) = expected.answered()
     else {
-        proxy.metrics.upstream_protocol_errors.increment(1);
+        ctx.metrics().upstream_protocol_errors.increment(1);
         return Err(Ended::Violated("response without a request".into()));
     };
     let now = Instant::now();
@@ -614,24 +625,24 @@ fn deliver(proxy: &Proxy, link: &Link, expected: &mut Expected, frame: Bytes) ->
         .record(now.saturating_duration_since(sent));
     if let Some(score) = link.is_scored(pending.api_key) {
         let previous = previous_answer.into_std();
-        score.answered(sent, previous, now, bytes, &proxy.router.scores.config);
+        score.answered(sent, previous, now, bytes, &ctx.scores().config);
     }
     match response_correlation_id(&frame) {
         _ if pending.raw => {}
         Ok(id) if id == pending.correlation_id => {}
         _ => {
-            proxy.metrics.upstream_protocol_errors.increment(1);
+            ctx.metrics().upstream_protocol_errors.increment(1);
             return Err(Ended::Violated(format!(
                 "response does not match request correlation id {}",
                 pending.correlation_id
             )));
         }
     }
-    let payload = answer(proxy, link, &pending, frame).map_err(|e| {
+    let payload = answer(ctx, link, &pending, frame).map_err(|e| {
         // Its client cannot be told anything true: the connection ends, its client's too.
-        proxy.metrics.rewrite_errors.increment(1);
+        ctx.metrics().rewrite_errors.increment(1);
         if e.downcast_ref::<AbsurdCluster>().is_some() {
-            proxy.metrics.absurd_answers.increment(1);
+            ctx.metrics().absurd_answers.increment(1);
         }
         static CANNOT_REWRITE: Every = Every::new();
         if let Some(also) = CANNOT_REWRITE.due() {
@@ -651,7 +662,7 @@ fn deliver(proxy: &Proxy, link: &Link, expected: &mut Expected, frame: Bytes) ->
 }
 
 /// Logs and counts the end of a connection that still owed `unanswered` replies.
-fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended: Ended) {
+fn report_end(ctx: &dyn Context, link: &Link, unanswered: &VecDeque<InFlight>, ended: Ended) {
     let (metrics, node_id) = (&link.metrics, link.node_id);
     for w in unanswered {
         if let Some(score) = link.is_scored(w.pending.api_key) {
@@ -665,7 +676,7 @@ fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended
             metrics.timeouts.increment(1);
             metrics.disconnects.increment(1);
             if node_id >= 0 {
-                proxy.router.scores.unreachable(node_id, Instant::now());
+                ctx.scores().unreachable(node_id, Instant::now());
             }
             static TIMED_OUT: Every = Every::new();
             if let Some(also) = TIMED_OUT.due() {
@@ -703,10 +714,10 @@ fn report_end(proxy: &Proxy, link: &Link, unanswered: &VecDeque<InFlight>, ended
     } else {
         metrics.disconnects.increment(1);
         if node_id >= 0 {
-            proxy.router.scores.unreachable(node_id, Instant::now());
+            ctx.scores().unreachable(node_id, Instant::now());
         }
         // Perhaps the broker is gone and its partitions have new leaders.
-        proxy.cluster.stale();
+        ctx.cluster().stale();
         static ENDED: Every = Every::new();
         if let Some(also) = ENDED.due() {
             warn!(
@@ -808,13 +819,13 @@ impl Expected {
 
 /// Turns a broker response into what the client receives: as-is, or with addresses rewritten.
 fn answer(
-    proxy: &Proxy,
+    ctx: &dyn Context,
     link: &Link,
     pending: &PendingReply,
     frame: Bytes,
 ) -> anyhow::Result<Bytes> {
     if pending.api_key == ApiKey::InitProducerId as i16 {
-        observe_producer_id(proxy, link, pending.api_version, &frame);
+        observe_producer_id(ctx, link, pending.api_version, &frame);
     }
     if !needs_rewrite(pending.api_key, pending.api_version) {
         return Ok(frame);
@@ -832,11 +843,11 @@ fn answer(
         pending.api_key,
         pending.api_version,
         &body,
-        &proxy.addresses,
+        ctx.addresses(),
         &mut seen,
     )?;
-    proxy.cluster.observe(&seen.brokers);
-    proxy.cluster.observe_topics(seen.topics);
+    ctx.cluster().observe(&seen.brokers);
+    ctx.cluster().observe_topics(seen.topics);
     Ok(match rewritten {
         None => frame,
         Some(body) => {
@@ -850,8 +861,8 @@ fn answer(
 
 /// A producer id handed out through kroute: kroute may own its numbering (see
 /// [`crate::route::producers`]).
-fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) {
-    if !proxy.config.routing.routes_idempotent() {
+fn observe_producer_id(ctx: &dyn Context, link: &Link, version: i16, frame: &Bytes) {
+    if !ctx.config().routing.routes_idempotent() {
         return;
     }
     // An authenticated client's producer is owned only where kroute knows its principal: its
@@ -869,7 +880,7 @@ fn observe_producer_id(proxy: &Proxy, link: &Link, version: i16, frame: &Bytes) 
         && r.error_code == 0
         && r.producer_id.0 >= 0
     {
-        proxy.router.producers.own(r.producer_id.0, Instant::now());
+        ctx.own_producer(r.producer_id.0, Instant::now());
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::sync::oneshot::error::TryRecvError;
 use super::*;
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::proxy::Proxy;
 
 /// A reader running on one end of an in-memory connection; the test plays the writer (it
 /// queues what the reader expects) and the broker (it writes answers, or does not).
@@ -30,7 +31,7 @@ fn harness(request_timeout_ms: u64) -> Harness {
          request_timeout_ms = {request_timeout_ms}\n"
     );
     let proxy = Proxy::new(Config::parse(&text, "t").unwrap(), Metrics::new()).unwrap();
-    let link = Link::new(&proxy, 2);
+    let link = Link::new(proxy.as_ref(), 2);
     let (kroute, broker) = tokio::io::duplex(64 * 1024);
     let (rd, _wr) = tokio::io::split(kroute);
     let (pending_tx, pending_rx) = mpsc::unbounded_channel();
@@ -233,7 +234,7 @@ fn hooked(correlation_id: i32) -> (PendingReply, oneshot::Receiver<Reply>) {
 async fn a_request_the_writer_never_wrote_is_known_unsent_and_one_it_wrote_is_not() {
     let text = "[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n";
     let proxy = Proxy::new(Config::parse(text, "t").unwrap(), Metrics::new()).unwrap();
-    let link = Link::new(&proxy, 2);
+    let link = Link::new(proxy.as_ref(), 2);
     let (kroute, _broker) = tokio::io::duplex(64 * 1024);
     let (_rd, wr) = tokio::io::split(kroute);
     let (tx, rx) = mpsc::channel(8);
