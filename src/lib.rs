@@ -27,5 +27,6 @@ pub mod proxy;
 pub mod rewrite;
 pub mod route;
 pub mod security;
+pub mod shutdown;
 pub mod skew;
 pub mod upstream;

@@ -4,7 +4,7 @@
 //! `broker_port_base + node_id` without a restart, and one that leaves the cluster loses it
 //! (connections already open on it carry on until either side closes them).
 //!
-//! When shutdown begins ([`crate::client::Shutdown`]) every listener closes at once, so new
+//! When shutdown begins ([`crate::shutdown::Shutdown`]) every listener closes at once, so new
 //! connections are refused, and no broker gets a new one.
 //!
 //! Every accepted connection is first counted against `limits.max_connections` and

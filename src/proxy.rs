@@ -7,15 +7,15 @@ use tracing::{info, warn};
 
 use crate::ask::Ask;
 use crate::balance::scores::Scores;
-use crate::client::Shutdown;
 use crate::cluster::{AbsurdCluster, Brokers, ClusterView, fetch_metadata};
 use crate::config::Config;
 use crate::lag::LagStore;
 use crate::metrics::Metrics;
 use crate::rewrite::AddressMap;
-use crate::route::Router;
+use crate::route::{self, Router};
 use crate::security::UpstreamSecurity;
 use crate::security::metrics::SecurityMetrics;
+use crate::shutdown::Shutdown;
 use crate::skew::{self, traffic::ProduceTraffic};
 use crate::upstream::{self, principals::ClientConnections};
 
@@ -68,6 +68,16 @@ impl upstream::Context for Proxy {
 
     fn own_producer(&self, producer_id: i64, now: Instant) {
         self.router.producers.own(producer_id, now);
+    }
+}
+
+impl route::Context for Proxy {
+    fn router(&self) -> &Router {
+        &self.router
+    }
+
+    fn client_connections(&self) -> &ClientConnections {
+        &self.client_connections
     }
 }
 

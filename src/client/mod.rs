@@ -6,8 +6,6 @@ mod intake;
 pub mod limits;
 mod replies;
 mod session;
-mod shutdown;
 
 pub use limits::{Admitted, Limits};
 pub use session::{Target, serve};
-pub use shutdown::{CONNECTIONS_CUT, Drained, Session, Shutdown};

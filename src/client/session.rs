@@ -32,7 +32,7 @@ use crate::log_every::Every;
 use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
 use crate::proxy::Proxy;
-use crate::route::{Plan, Split, plan};
+use crate::route::{self, Plan, Split, plan};
 use crate::security::passthrough::{ObserveError, UnsupportedV0};
 use crate::security::permit::WrittenTopics;
 use crate::security::principal::Principal;
@@ -278,6 +278,8 @@ async fn read_requests(
     proxy: &Arc<Proxy>,
 ) -> Result<ReadEnd, ClientError> {
     let home = upstreams.home.node_id;
+    // The proxy as routing sees it (one pointer per connection, not per request).
+    let routing: Arc<dyn route::Context> = proxy.clone();
     // What the client's own SASL exchange allows its batches ([`ClientAuth`]).
     let mut auth = ClientAuth::default();
     let limits = slots.limits();
@@ -316,7 +318,7 @@ async fn read_requests(
             continue;
         }
         let permit = auth.permit().clone();
-        match plan(proxy, home, &permit, &head, &frame)? {
+        match plan(&routing, home, &permit, &head, &frame)? {
             Plan::ForwardNoReply => {
                 let out = Outbound::new(frame, None);
                 upstreams.home.send(out).await?;

@@ -12,6 +12,7 @@
 
 pub mod batch;
 pub mod codec;
+mod context;
 pub mod divide;
 pub mod join;
 pub mod produce;
@@ -31,9 +32,9 @@ use crate::balance::strategy::{StrictCost, Tuning};
 use crate::config::RoutingConfig;
 use crate::protocol::header::{Malformed, RequestHead, produce_head};
 use crate::protocol::versions::unsupported_api_versions_body;
-use crate::proxy::Proxy;
 use crate::security::Permit;
 use crate::upstream::Reply;
+pub use context::Context;
 use producers::Producers;
 use tokio::sync::oneshot;
 
@@ -114,7 +115,7 @@ impl Router {
 /// `permit` says which topics' batches may move at all on this connection (see
 /// [`crate::security::Permit`]).
 pub fn plan(
-    proxy: &Arc<Proxy>,
+    proxy: &Arc<dyn Context>,
     home: i32,
     permit: &Permit,
     head: &RequestHead,
@@ -142,8 +143,9 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::metrics::Metrics;
+    use crate::proxy::Proxy;
 
-    fn proxy() -> Arc<Proxy> {
+    fn proxy() -> Arc<dyn Context> {
         let config =
             Config::parse("[upstream]\nbootstrap_servers = [\"127.0.0.1:1\"]\n", "t").unwrap();
         Proxy::new(config, Metrics::new()).unwrap()

@@ -28,7 +28,7 @@ use crate::config::Strategy;
 use crate::protocol::header::{ProduceHead, RequestHead};
 use crate::protocol::produce::{PartitionEntry, TopicEntry, parse_produce_body};
 use crate::protocol::versions::PRODUCE_MAX_VERSION;
-use crate::proxy::Proxy;
+use crate::route::Context;
 use crate::security::Permit;
 use crate::security::principal::Principal;
 use merge::{ProduceMerge, Route};
@@ -51,14 +51,14 @@ pub(super) fn unsplit(acks: i16) -> Plan {
 /// which topics' batches may move on this connection (a SASL client's only to topics it has
 /// written itself, since kroute's side connections carry kroute's identity).
 pub fn plan(
-    proxy: &Arc<Proxy>,
+    proxy: &Arc<dyn Context>,
     home: i32,
     permit: &Permit,
     head: &RequestHead,
     produce: &ProduceHead,
     frame: &Bytes,
 ) -> Plan {
-    let routing = &proxy.config.routing;
+    let routing = &proxy.config().routing;
     if matches!(permit, Permit::Nothing)
         || routing.strategy == Strategy::Off
         || routing.include.is_empty()
@@ -67,11 +67,11 @@ pub fn plan(
         || head.api_version > PRODUCE_MAX_VERSION
     {
         let body_bytes = frame.len().saturating_sub(produce.body_offset);
-        let traffic = &proxy.metrics.routing.traffic;
+        let traffic = &proxy.metrics().routing.traffic;
         traffic.add(home, crate::skew::traffic::Class::NotRouted, body_bytes);
         return unsplit(produce.acks);
     }
-    let kept = &proxy.metrics.routing;
+    let kept = &proxy.metrics().routing;
     let body = frame.slice(produce.body_offset..);
     if produce.transactional {
         kept.keep(KeepReason::Transactional, home, body.len());
@@ -90,7 +90,7 @@ pub fn plan(
     // all of its batches would go out under kroute's identity.
     let principal = permit.principal();
     if permit.may_renumber()
-        && let Some(owner) = sequenced::owner(proxy, acks, &topics)
+        && let Some(owner) = sequenced::owner(proxy.as_ref(), acks, &topics)
     {
         let header = frame.slice(..produce.body_offset);
         let request = (acks, timeout_ms);
@@ -117,13 +117,13 @@ pub fn plan(
         let mut topic_routes = Vec::with_capacity(topic.partitions.len());
         let routed = routing.routes_topic(name_str) && permit.allows(name_str);
         let layout = if routed {
-            proxy.cluster.topic(name_str)
+            proxy.cluster().topic(name_str)
         } else {
             None
         };
-        let unreachable = unreachable(proxy, principal, layout.as_deref());
+        let unreachable = unreachable(proxy.as_ref(), principal, layout.as_deref());
         let mut targets = Targets {
-            proxy,
+            proxy: proxy.as_ref(),
             name: name_str,
             now,
             used: topic.partitions.iter().map(|p| p.index).collect(),
@@ -245,7 +245,10 @@ pub fn plan(
         }
     }
     for (topic, to, records, bytes) in moves {
-        proxy.metrics.routing.moved(topic, home, to, records, bytes);
+        proxy
+            .metrics()
+            .routing
+            .moved(topic, home, to, records, bytes);
     }
     let merge = (produce.acks != 0)
         .then(|| Box::new(ProduceMerge::new(head, topics, routes)) as Box<dyn Merge>);
@@ -336,7 +339,7 @@ fn verdict(
 /// Where one topic's movable records of a request go: one broker per request (the next one
 /// once it has no partition left that the request does not already name).
 struct Targets<'a> {
-    proxy: &'a Proxy,
+    proxy: &'a dyn Context,
     name: &'a str,
     now: Instant,
     /// Partitions this request already names (original or assigned): never twice.
@@ -359,7 +362,7 @@ impl Targets<'_> {
         index: i32,
         bytes: usize,
     ) -> Result<(i32, i32), KeepReason> {
-        let router = &self.proxy.router;
+        let router = &self.proxy.router();
         loop {
             let broker = match self.broker {
                 Some(b) => b,
@@ -407,14 +410,14 @@ impl Targets<'_> {
 /// through kroute: its batches cannot go out there under its own identity
 /// ([`crate::upstream::principals`]). Empty for other clients.
 pub(super) fn unreachable(
-    proxy: &Proxy,
+    proxy: &dyn Context,
     principal: Option<&Arc<Principal>>,
     layout: Option<&TopicLayout>,
 ) -> Vec<i32> {
     let (Some(principal), Some(layout)) = (principal, layout) else {
         return Vec::new();
     };
-    let connections = &proxy.client_connections;
+    let connections = &proxy.client_connections();
     layout
         .leaders()
         .iter()

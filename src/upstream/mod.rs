@@ -212,15 +212,10 @@ impl Upstream {
 
     /// Opens a connection in the background: requests may be queued at once (up to `queue`);
     /// if the connection cannot be made, their replies fail as if the broker had gone away.
-    pub fn open(
-        ctx: &Arc<impl Context + 'static>,
-        node_id: i32,
-        addr: String,
-        queue: usize,
-    ) -> Upstream {
+    pub fn open(ctx: Arc<dyn Context>, node_id: i32, addr: String, queue: usize) -> Upstream {
         let link = Link::new(ctx.as_ref(), node_id);
         let (tx, rx) = mpsc::channel(queue);
-        let (ctx, background): (Arc<dyn Context>, _) = (ctx.clone(), link.clone());
+        let background = link.clone();
         tokio::spawn(async move {
             match dial(ctx.as_ref(), &background, &addr, Identity::Kroute).await {
                 Ok(opened) => start(opened, rx, ctx, background),

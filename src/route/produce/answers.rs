@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::waiting::release;
 use crate::metrics::SequenceMetrics;
 use crate::protocol::header::split_response;
-use crate::proxy::Proxy;
+use crate::route::Context;
 use crate::route::producers::OwnedProducer;
 use crate::route::sequence::{BatchKey, Producer, code};
 use crate::upstream::{AnswerHook, Reply, UpstreamGone};
@@ -56,7 +56,7 @@ impl Numbered {
 /// place where the path turns back: an answer frees lanes, and the batches waiting for one go
 /// through place, number and send again, under the same lock.
 pub fn recorder(
-    proxy: Arc<Proxy>,
+    proxy: Arc<dyn Context>,
     owner: Arc<OwnedProducer>,
     version: i16,
     batches: Vec<Numbered>,
@@ -65,7 +65,7 @@ pub fn recorder(
         let mut unsent = Vec::new();
         let answer = {
             let mut state = owner.lock();
-            let metrics = &proxy.metrics.sequencing;
+            let metrics = &proxy.metrics().sequencing;
             let answer = record(&mut state.sequences, metrics, version, &batches, answer);
             release(&proxy, &owner, &mut state, Instant::now(), &mut unsent);
             answer

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::answers::{Numbered, recorder};
 use super::replies::{JoinedWaiter, Shape, answer_joined};
 use super::{add_entry, encode_part};
-use crate::proxy::Proxy;
+use crate::route::Context;
 use crate::route::producers::{LinkKey, OwnedProducer, ProducerLink, ProducerState};
 use crate::route::sequence::BatchKey;
 use crate::upstream::{Outbound, PendingReply, Reply};
@@ -61,7 +61,7 @@ impl Request {
 
 /// The producer's connections, while its lock is held.
 pub(super) struct Links<'a> {
-    pub proxy: &'a Arc<Proxy>,
+    pub proxy: &'a Arc<dyn Context>,
     pub owner: &'a Arc<OwnedProducer>,
     /// Requests that could not be queued (full or closed connection, unknown broker). The
     /// caller drops them only once the producer's lock is released: dropping one records "no
@@ -92,7 +92,7 @@ impl Links<'_> {
         let pending = self.pending(shape, numbered, to);
         match self
             .proxy
-            .cluster
+            .cluster()
             .address(link.node_id)
             .filter(|_| !frame.is_empty())
         {
@@ -106,7 +106,7 @@ impl Links<'_> {
                         let injected = matches!(link, ProducerLink::Client(..));
                         let sent = link.try_send(out).map_err(|out| out.pending);
                         if injected && sent.is_ok() {
-                            self.proxy.metrics.injected.increment(1);
+                            self.proxy.metrics().injected.increment(1);
                         }
                         sent
                     }
@@ -154,7 +154,7 @@ impl Links<'_> {
 
 /// Counts a batch sent with kroute's numbers (and its move, if it moved).
 pub(super) fn count_numbered(
-    proxy: &Proxy,
+    proxy: &dyn Context,
     topic: &str,
     home: i32,
     node: i32,
@@ -162,10 +162,13 @@ pub(super) fn count_numbered(
     target: i32,
     bytes: usize,
 ) {
-    proxy.metrics.sequencing.renumbered.increment(1);
+    proxy.metrics().sequencing.renumbered.increment(1);
     if target != key.partition {
         let count = key.records.max(0) as u32;
-        proxy.metrics.routing.moved(topic, home, node, count, bytes);
+        proxy
+            .metrics()
+            .routing
+            .moved(topic, home, node, count, bytes);
     }
 }
 

@@ -44,7 +44,7 @@ use super::{add_entry, unreachable};
 use crate::cluster::TopicLayout;
 use crate::protocol::header::RequestHead;
 use crate::protocol::produce::{PartitionEntry, TopicEntry};
-use crate::proxy::Proxy;
+use crate::route::Context;
 use crate::route::batch::{InspectBudget, KeepReason, sequenced};
 use crate::route::producers::{LinkKey, Origin, OwnedProducer, ProducerState};
 use crate::route::sequence::{BatchKey, code};
@@ -57,11 +57,11 @@ use crate::upstream::{PendingReply, Reply};
 /// kroute did not see it start ([`crate::route::producers`]). (acks=0 never comes from an
 /// idempotent producer; such batches are left alone.)
 pub(super) fn owner(
-    proxy: &Proxy,
+    proxy: &dyn Context,
     acks: i16,
     topics: &[(TopicName, TopicEntry)],
 ) -> Option<(i64, i16, Arc<OwnedProducer>)> {
-    let routing = &proxy.config.routing;
+    let routing = &proxy.config().routing;
     if acks == 0 || !routing.routes_idempotent() {
         return None;
     }
@@ -70,7 +70,7 @@ pub(super) fn owner(
         .filter(|(name, _)| routing.routes_topic(name.as_str()))
         .flat_map(|(_, t)| &t.partitions)
         .find_map(|p| sequenced(p.records.as_ref()?))?;
-    let producers = &proxy.router.producers;
+    let producers = &proxy.router().producers;
     let now = Instant::now();
     let owned = producers
         .get(first.producer_id)
@@ -80,13 +80,19 @@ pub(super) fn owner(
 
 /// Settles the origin of a producer kroute did not see start, once kroute knows what the
 /// brokers hold ([`crate::route::recovery`]).
-fn resolve(proxy: &Proxy, state: &mut ProducerState, epoch: i16, producer_id: i64, now: Instant) {
+fn resolve(
+    proxy: &dyn Context,
+    state: &mut ProducerState,
+    epoch: i16,
+    producer_id: i64,
+    now: Instant,
+) {
     if state.origin != Origin::Unresolved {
         return;
     }
-    if let Some(origin) = proxy.router.recovery.origin(producer_id, epoch, now) {
+    if let Some(origin) = proxy.router().recovery.origin(producer_id, epoch, now) {
         if matches!(origin, Origin::Adopted { .. }) {
-            proxy.metrics.sequencing.adopted.increment(1);
+            proxy.metrics().sequencing.adopted.increment(1);
         }
         state.origin = origin;
     }
@@ -96,7 +102,7 @@ fn resolve(proxy: &Proxy, state: &mut ProducerState, epoch: i16, producer_id: i6
 /// broker `home` of a client authenticated as `principal` (if any); `header` is the request
 /// header bytes.
 pub(super) fn plan(
-    proxy: &Arc<Proxy>,
+    proxy: &Arc<dyn Context>,
     (home, principal): (i32, Option<&Arc<Principal>>),
     head: &RequestHead,
     header: Bytes,
@@ -115,7 +121,7 @@ pub(super) fn plan(
     };
     let mut state = owner.lock();
     state.touch(now);
-    resolve(proxy, &mut state, first_epoch, producer_id, now);
+    resolve(proxy.as_ref(), &mut state, first_epoch, producer_id, now);
     let mut planner = Planner::new(proxy, home, producer_id, shape, now);
     let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Vec<BatchKey>>>) = topics
         .iter()
@@ -130,7 +136,7 @@ pub(super) fn plan(
     let merge = ProduceMerge::new(head, topics, routes).withholding(Withhold {
         owner,
         batches,
-        withheld: proxy.metrics.sequencing.success_withheld.clone(),
+        withheld: proxy.metrics().sequencing.success_withheld.clone(),
     });
     Plan::Split(Split {
         parts,
@@ -141,7 +147,7 @@ pub(super) fn plan(
 /// One request's plan while it is built, under the producer's lock: the parts sent now, and
 /// the batches that wait.
 struct Planner<'a> {
-    proxy: &'a Arc<Proxy>,
+    proxy: &'a Arc<dyn Context>,
     /// The broker of the client connection the request came in on.
     home: i32,
     producer_id: i64,
@@ -184,7 +190,13 @@ enum Inspected<'e> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(proxy: &'a Arc<Proxy>, home: i32, producer_id: i64, shape: Shape, now: Instant) -> Self {
+    fn new(
+        proxy: &'a Arc<dyn Context>,
+        home: i32,
+        producer_id: i64,
+        shape: Shape,
+        now: Instant,
+    ) -> Self {
         Planner {
             proxy,
             home,
@@ -208,12 +220,12 @@ impl<'a> Planner<'a> {
         name: &TopicName,
         topic: &TopicEntry,
     ) -> (Vec<Route>, Vec<Vec<BatchKey>>) {
-        let routed = self.proxy.config.routing.routes_topic(name.as_str());
+        let routed = self.proxy.config().routing.routes_topic(name.as_str());
         let layout = routed
-            .then(|| self.proxy.cluster.topic(name.as_str()))
+            .then(|| self.proxy.cluster().topic(name.as_str()))
             .flatten();
         let principal = self.shape.principal.as_ref();
-        let unreachable = unreachable(self.proxy, principal, layout.as_deref());
+        let unreachable = unreachable(self.proxy.as_ref(), principal, layout.as_deref());
         let mut t = TopicPlan {
             name,
             routed,
@@ -231,7 +243,7 @@ impl<'a> Planner<'a> {
         for join in t.joins.into_iter().filter(|j| j.records.len() > 1) {
             let numbered = &mut self.numbered_in[join.part];
             let parts = (&mut self.destinations[..], numbered);
-            join.finish(self.proxy, state, name, parts, &mut t.routes);
+            join.finish(self.proxy.as_ref(), state, name, parts, &mut t.routes);
         }
         (t.routes, t.batches)
     }
@@ -258,7 +270,7 @@ impl<'a> Planner<'a> {
         let division = match &t.layout {
             Some(_) => {
                 let home = self.home;
-                let metrics = &self.proxy.metrics.routing;
+                let metrics = &self.proxy.metrics().routing;
                 let kept = |reason, bytes| metrics.keep(reason, home, bytes);
                 division(&state.sequences, &key, records, &mut self.budget, kept)
             }
@@ -270,7 +282,7 @@ impl<'a> Planner<'a> {
                 self.batch(state, t, entry, (key, records), (movable, false))
             }
             Division::Parts { keyed, keyless } => {
-                self.proxy.metrics.sequencing.divided.increment(1);
+                self.proxy.metrics().sequencing.divided.increment(1);
                 t.batches.push(vec![keyed.0.clone(), keyless.0.clone()]);
                 let stayed = self.batch(state, t, entry, (keyed.0, &keyed.1), (Some(false), false));
                 let moved =
@@ -282,7 +294,7 @@ impl<'a> Planner<'a> {
             }
             Division::NotNow => {
                 t.batches.push(Vec::new());
-                self.proxy.metrics.sequencing.busy.increment(1);
+                self.proxy.metrics().sequencing.busy.increment(1);
                 Route::Local {
                     error: code::REQUEST_TIMED_OUT,
                 }
@@ -322,7 +334,7 @@ impl<'a> Planner<'a> {
             .and_then(sequenced)
             .filter(|s| s.producer_id == self.producer_id);
         let bytes = records.map_or(0, |r| r.len());
-        let kept = |reason| self.proxy.metrics.routing.keep(reason, self.home, bytes);
+        let kept = |reason| self.proxy.metrics().routing.keep(reason, self.home, bytes);
         match (records, numbering, state.origin) {
             // Not known yet what the brokers hold for it: the client retries.
             (Some(_), Some(_), Origin::Unresolved) => Inspected::Local(code::REQUEST_TIMED_OUT),
@@ -365,7 +377,7 @@ impl<'a> Planner<'a> {
     ) -> Placement {
         let earlier_waits = state.waiting.holds_partition_of(&key);
         let mut place = Place {
-            proxy: self.proxy,
+            proxy: self.proxy.as_ref(),
             state,
             home: self.home,
             name: t.name.as_str(),
@@ -390,7 +402,7 @@ impl<'a> Planner<'a> {
         movable: bool,
     ) -> Route {
         if state.waiting.is_full() {
-            self.proxy.metrics.sequencing.busy.increment(1);
+            self.proxy.metrics().sequencing.busy.increment(1);
             return Route::Local {
                 error: code::REQUEST_TIMED_OUT,
             };
@@ -406,7 +418,7 @@ impl<'a> Planner<'a> {
             deadline: self.now + wait_limit(self.shape.timeout_ms),
             reply,
         });
-        self.proxy.metrics.sequencing.waited.increment(1);
+        self.proxy.metrics().sequencing.waited.increment(1);
         self.waiting.push(answer);
         Route::Waiting {
             part: self.waiting.len() - 1,
@@ -465,7 +477,7 @@ impl<'a> Planner<'a> {
     ) -> Route {
         let bytes = records.len();
         count_numbered(
-            self.proxy,
+            self.proxy.as_ref(),
             t.name.as_str(),
             self.home,
             node,
@@ -513,7 +525,7 @@ impl<'a> Planner<'a> {
         };
         let bytes = records.len();
         count_numbered(
-            self.proxy,
+            self.proxy.as_ref(),
             t.name.as_str(),
             self.home,
             node,

@@ -11,7 +11,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::proxy::Proxy;
+use crate::route::Context;
 
 pub struct SilentBroker {
     /// Requests read so far, over every connection.
@@ -22,10 +22,10 @@ pub struct SilentBroker {
 
 impl SilentBroker {
     /// Starts one, and makes it every broker (1-3) of `proxy`'s cluster.
-    pub async fn serve(proxy: &Proxy) -> SilentBroker {
+    pub async fn serve(proxy: &dyn Context) -> SilentBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        proxy.cluster.replace(BTreeMap::from([
+        proxy.cluster().replace(BTreeMap::from([
             (1, addr.clone()),
             (2, addr.clone()),
             (3, addr),

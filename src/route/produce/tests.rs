@@ -18,6 +18,7 @@ use crate::cluster::TopicLayout;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::header::produce_head;
+use crate::proxy::Proxy;
 use crate::route::batch::tests::batch;
 use crate::route::sequence::code::{self, UNANSWERED};
 use crate::route::sequence::{BatchKey, Lookup};
@@ -30,6 +31,19 @@ const VERSION: i16 = 11;
 
 fn topic(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// [`super::plan`] for a test's proxy, as routing sees it.
+fn plan(
+    p: &Arc<Proxy>,
+    home: i32,
+    permit: &Permit,
+    head: &RequestHead,
+    produce: &ProduceHead,
+    frame: &Bytes,
+) -> Plan {
+    let routing: Arc<dyn Context> = p.clone();
+    super::plan(&routing, home, permit, head, produce, frame)
 }
 
 /// A proxy routing topics "t*", where topic "t" has partitions 0-5 led by 1,1,2,2,3,3.
@@ -61,7 +75,7 @@ fn proxy_with(strategy: &str, routing: &str) -> Arc<Proxy> {
 /// unanswered until the test cuts them off.
 async fn silent_proxy(routing: &str) -> (Arc<Proxy>, SilentBroker) {
     let p = proxy_with("strict-cost", routing);
-    let broker = SilentBroker::serve(&p).await;
+    let broker = SilentBroker::serve(p.as_ref()).await;
     (p, broker)
 }
 
@@ -702,7 +716,13 @@ async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one
     {
         let mut state = owner.lock();
         state.sequences.resolve(&key(3, 0), freed, 0, code::NONE);
-        super::waiting::release(&p, &owner, &mut state, Instant::now(), &mut unsent);
+        super::waiting::release(
+            &(p.clone() as Arc<dyn Context>),
+            &owner,
+            &mut state,
+            Instant::now(),
+            &mut unsent,
+        );
         // Numbered on the freed lane, right after the acknowledged batch.
         assert_eq!(state.sequences.lookup(&key(0, 2)), Lookup::StillInFlight);
     }
@@ -738,7 +758,13 @@ async fn a_waiting_batch_is_answered_retriable_at_its_deadline_and_later_ones_fo
     }
     let late = Instant::now() + super::waiting::wait_limit(i32::MAX) + Duration::from_millis(1);
     let mut unsent = Vec::new();
-    super::waiting::release(&p, &owner, &mut owner.lock(), late, &mut unsent);
+    super::waiting::release(
+        &(p.clone() as Arc<dyn Context>),
+        &owner,
+        &mut owner.lock(),
+        late,
+        &mut unsent,
+    );
     for (merge, answer) in waiting {
         let merged = merge.merge(vec![answer.await.unwrap()]);
         assert_eq!(merged_errors(&merged), vec![(0, code::REQUEST_TIMED_OUT)]);
@@ -926,7 +952,13 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
     {
         let mut state = owner.lock();
         state.sequences.resolve(&key(3, 0), freed, 0, code::NONE);
-        super::waiting::release(&p, &owner, &mut state, Instant::now(), &mut unsent);
+        super::waiting::release(
+            &(p.clone() as Arc<dyn Context>),
+            &owner,
+            &mut state,
+            Instant::now(),
+            &mut unsent,
+        );
         // All three went out on the freed lane, as one batch.
         for (partition, base) in [(0, 2), (1, 2), (0, 4)] {
             assert_eq!(

@@ -31,7 +31,7 @@ use super::number::{self, number};
 use super::place::{Place, Placement, TopicChoice};
 use super::replies::{JoinedWaiter, Shape, local_answer};
 use super::send::{AnswerTo, Links, Request, count_numbered};
-use crate::proxy::Proxy;
+use crate::route::Context;
 use crate::route::batch::InspectBudget;
 use crate::route::join;
 use crate::route::producers::{OwnedProducer, ProducerState};
@@ -112,7 +112,7 @@ fn same_partition(a: &BatchKey, b: &BatchKey) -> bool {
 /// ([`crate::route::join`]). Requests that could not be queued go to `unsent`, to be dropped
 /// once the producer's lock is released (dropping one records its outcome under that lock).
 pub fn release(
-    proxy: &Arc<Proxy>,
+    proxy: &Arc<dyn Context>,
     owner: &Arc<OwnedProducer>,
     state: &mut ProducerState,
     now: Instant,
@@ -139,7 +139,7 @@ pub fn release(
             continue;
         }
         let earlier_waits = keep.iter().any(|k| same_partition(&k.key, &w.key));
-        match place(proxy, state, &w, now, earlier_waits) {
+        match place(proxy.as_ref(), state, &w, now, earlier_waits) {
             Placement::Wait { .. } if now < w.deadline => keep.push_back(w),
             placement => settle(&mut links, state, w, placement, &mut queue[i + 1..]),
         }
@@ -152,14 +152,14 @@ pub fn release(
 /// (nothing else of its request is placed with it any more), as movable as it was found on
 /// arrival; `earlier_waits` tells whether a batch of its client partition still waits before it.
 fn place(
-    proxy: &Proxy,
+    proxy: &dyn Context,
     state: &mut ProducerState,
     w: &Waiter,
     now: Instant,
     earlier_waits: bool,
 ) -> Placement {
     let name = w.topic.as_str();
-    let layout = proxy.cluster.topic(name);
+    let layout = proxy.cluster().topic(name);
     let principal = w.shape.principal.as_ref();
     let mut choice =
         TopicChoice::excluding(super::unreachable(proxy, principal, layout.as_deref()));
@@ -198,7 +198,7 @@ fn settle(
     match placement {
         // Past its deadline (`release` keeps the others).
         Placement::Wait { .. } => {
-            links.proxy.metrics.sequencing.busy.increment(1);
+            links.proxy.metrics().sequencing.busy.increment(1);
             answer(w, code::REQUEST_TIMED_OUT);
         }
         Placement::Local(error) => answer(w, error),
@@ -234,7 +234,7 @@ fn settle(
             records,
         } => {
             let joiners = if w.movable {
-                take_joiners(links.proxy, state, later, &w, target, seq)
+                take_joiners(links.proxy.as_ref(), state, later, &w, target, seq)
             } else {
                 Vec::new()
             };
@@ -253,7 +253,7 @@ fn settle(
 /// movable, joinable (of one codec), of the same topic, epoch and client principal, in their
 /// client partition's order, up to `routing.join_max_bytes` in all. Returns them with their numbers.
 fn take_joiners(
-    proxy: &Proxy,
+    proxy: &dyn Context,
     state: &mut ProducerState,
     later: &mut [Option<Waiter>],
     head: &Waiter,
@@ -262,9 +262,9 @@ fn take_joiners(
 ) -> Vec<(Waiter, i32)> {
     // The head's bytes as the client sent them: same producer and epoch as the joiners'.
     let records = &head.records;
-    let limit = proxy.router.join_max_bytes;
+    let limit = proxy.router().join_max_bytes;
     let sequences = &mut state.sequences;
-    let compressed = proxy.router.join_compressed;
+    let compressed = proxy.router().join_compressed;
     if limit == 0 || !sequences.joins(&head.key.topic) || !join::joinable(records, compressed) {
         return Vec::new();
     }
@@ -312,7 +312,15 @@ fn send_alone(
         ..
     } = head;
     let bytes = records.len();
-    count_numbered(links.proxy, topic.as_str(), home, node, &key, target, bytes);
+    count_numbered(
+        links.proxy.as_ref(),
+        topic.as_str(),
+        home,
+        node,
+        &key,
+        target,
+        bytes,
+    );
     let numbered = vec![Numbered {
         topic: topic.clone(),
         key,
@@ -368,9 +376,17 @@ fn send_joined(
         .set_joined(&topic_key, target, epoch, seq, &joined);
     let proxy = links.proxy;
     let joined_behind = numbered.len() as u64 - 1;
-    proxy.metrics.sequencing.joined.increment(joined_behind);
+    proxy.metrics().sequencing.joined.increment(joined_behind);
     for (n, (home, size)) in numbered.iter().zip(sizes) {
-        count_numbered(proxy, topic.as_str(), home, node, &n.key, target, size);
+        count_numbered(
+            proxy.as_ref(),
+            topic.as_str(),
+            home,
+            node,
+            &n.key,
+            target,
+            size,
+        );
     }
     let to = AnswerTo::Joined(waiters);
     let request = Request::batch((node, target), (topic, joined), numbered, to);
@@ -414,7 +430,7 @@ impl Waiter {
 }
 
 /// Runs [`release`] at `deadline`, so a batch nothing else releases is answered in time.
-pub fn release_at(proxy: Arc<Proxy>, owner: Arc<OwnedProducer>, deadline: Instant) {
+pub fn release_at(proxy: Arc<dyn Context>, owner: Arc<OwnedProducer>, deadline: Instant) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // (unit tests without a runtime)
     };
