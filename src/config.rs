@@ -6,6 +6,7 @@
 
 pub mod lag;
 pub mod overrides;
+pub mod security;
 mod show;
 pub mod skew;
 
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use overrides::{Override, SETTINGS, Setting};
 pub use show::REDACTED;
 
-pub use crate::security::config::{
+pub use security::{
     ClientAuth, Mechanism, OAuthConfig, SaslConfig, SaslMode, TlsConfig, UpstreamTlsConfig,
 };
 
@@ -538,9 +539,15 @@ impl Config {
         Self::parse(&text, &shown)
     }
 
-    /// Reads the file (if any), puts the overrides over it and validates the result. An
-    /// invalid value an override set is reported naming the flag or variable.
-    pub fn load_with(file: &ConfigFile, overrides: &[Override]) -> Result<Effective, ConfigError> {
+    /// Reads the file (if any), puts the overrides over it and validates the result, then runs
+    /// `check_files` over it (kroute passes [`crate::security::check_files`]: the TLS files
+    /// load, so a bad one is named before kroute starts). An invalid value an override set is
+    /// reported naming the flag or variable.
+    pub fn load_with(
+        file: &ConfigFile,
+        overrides: &[Override],
+        check_files: impl FnOnce(&Config) -> Result<(), (&'static str, String)>,
+    ) -> Result<Effective, ConfigError> {
         let (path, must_exist) = match file {
             ConfigFile::Given(p) => (p, true),
             ConfigFile::Default(p) => (p, false),
@@ -563,7 +570,14 @@ impl Config {
         for o in overrides {
             o.apply(&mut config)?;
         }
-        config.validate(&origin).map_err(|e| match e {
+        let checked = config.validate(&origin).and_then(|()| {
+            check_files(&config).map_err(|(key, problem)| ConfigError::Invalid {
+                path: origin.clone(),
+                key,
+                problem,
+            })
+        });
+        checked.map_err(|e| match e {
             ConfigError::Invalid { key, problem, .. }
                 if let Some(o) = overrides.iter().rev().find(|o| o.setting.key == key) =>
             {
@@ -603,7 +617,7 @@ impl Config {
             key,
             problem,
         };
-        crate::security::config::validate(
+        security::validate(
             self.listen.tls.as_ref(),
             self.upstream.tls.as_ref(),
             self.upstream.sasl.as_ref(),
@@ -712,15 +726,6 @@ impl Config {
             if value == 0 {
                 return Err(invalid(key, "must be above 0".into()));
             }
-        }
-        // The files are loaded once here, so a bad one is named before kroute starts.
-        if let Some(tls) = &self.listen.tls {
-            crate::security::listener_tls::server_config(tls)
-                .map_err(|problem| invalid("listen.tls", problem))?;
-        }
-        if let Some(tls) = &self.upstream.tls {
-            crate::security::upstream_tls::client_config(tls)
-                .map_err(|problem| invalid("upstream.tls", problem))?;
         }
         if self.shutdown.drain_timeout_ms > MAX_DRAIN_TIMEOUT_MS {
             return Err(invalid(

@@ -113,7 +113,8 @@ fn main() -> ExitCode {
         Some(path) => ConfigFile::Given(path),
         None => ConfigFile::Default(PathBuf::from(DEFAULT_CONFIG)),
     };
-    let effective = match Config::load_with(&file, &overrides::from_matches(&matches)) {
+    let settings = overrides::from_matches(&matches);
+    let effective = match Config::load_with(&file, &settings, kroute::security::check_files) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("kroute: invalid configuration: {e}");

@@ -218,6 +218,7 @@ pub fn from_matches(matches: &ArgMatches) -> Vec<Override> {
 mod tests {
     use super::*;
     use crate::config::{ConfigFile, LogFormat};
+    use crate::security::check_files;
 
     fn parse(argv: &[&str]) -> Vec<Override> {
         let command = clap::Command::new("kroute")
@@ -235,7 +236,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{n}.toml"));
         std::fs::write(&path, file).unwrap();
-        let loaded = Config::load_with(&ConfigFile::Given(path.clone()), overrides);
+        let loaded = Config::load_with(&ConfigFile::Given(path.clone()), overrides, check_files);
         let _ = std::fs::remove_file(path);
         loaded.map(|e| e.config)
     }
@@ -362,18 +363,19 @@ mod tests {
     fn the_default_file_may_be_absent_a_given_one_may_not() {
         let missing = std::env::temp_dir().join("kroute-no-such-dir/proxy.toml");
         let servers = [Override::new("upstream.bootstrap_servers", "a:1", true).unwrap()];
-        let e = Config::load_with(&ConfigFile::Default(missing.clone()), &servers).unwrap();
+        let e = Config::load_with(&ConfigFile::Default(missing.clone()), &servers, check_files)
+            .unwrap();
         assert_eq!(e.config.upstream.bootstrap_servers, ["a:1"]);
         assert!(e.file.is_none());
         // Without the servers, the error says how to give them.
-        let err = Config::load_with(&ConfigFile::Default(missing.clone()), &[])
+        let err = Config::load_with(&ConfigFile::Default(missing.clone()), &[], check_files)
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("upstream.bootstrap_servers") && err.contains("KROUTE_BOOTSTRAP_SERVERS"),
             "{err}"
         );
-        let err = Config::load_with(&ConfigFile::Given(missing), &servers)
+        let err = Config::load_with(&ConfigFile::Given(missing), &servers, check_files)
             .unwrap_err()
             .to_string();
         assert!(err.contains("cannot read"), "{err}");

@@ -12,7 +12,9 @@
 //! its own 1:1 connection, and kroute's credentials serve only kroute's connections.
 
 pub mod certs;
-pub mod config;
+/// The security sections of `proxy.toml` (kept with the rest of its sections in
+/// [`crate::config`]).
+pub use crate::config::security as config;
 pub mod listener_tls;
 pub mod metrics;
 pub mod originate;
@@ -53,6 +55,19 @@ pub enum Identity {
     Client,
     /// A connection of kroute's: moved batches, renumbered producers, metadata.
     Kroute,
+}
+
+/// Loads the TLS files `config` names (certificates, keys, CAs of `[listen.tls]` and
+/// `[upstream.tls]`), so that a bad one is named by its key before kroute starts
+/// ([`Config::load_with`]).
+pub fn check_files(config: &Config) -> Result<(), (&'static str, String)> {
+    if let Some(tls) = &config.listen.tls {
+        listener_tls::server_config(tls).map_err(|problem| ("listen.tls", problem))?;
+    }
+    if let Some(tls) = &config.upstream.tls {
+        upstream_tls::client_config(tls).map_err(|problem| ("upstream.tls", problem))?;
+    }
+    Ok(())
 }
 
 /// Everything kroute needs to open a secured connection to a broker.

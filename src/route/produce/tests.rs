@@ -20,9 +20,11 @@ use crate::metrics::Metrics;
 use crate::protocol::header::produce_head;
 use crate::proxy::Proxy;
 use crate::route::batch::tests::batch;
+use crate::route::producers::{OwnedProducer, ProducerState};
 use crate::route::sequence::code::{self, UNANSWERED};
 use crate::route::sequence::{BatchKey, Lookup};
 use crate::security::Permit;
+use crate::upstream::PendingReply;
 use crate::upstream::Reply;
 use crate::upstream::UpstreamGone;
 use silent_broker::SilentBroker;
@@ -44,6 +46,18 @@ fn plan(
 ) -> Plan {
     let routing: Arc<dyn Context> = p.clone();
     super::plan(&routing, home, permit, head, produce, frame)
+}
+
+/// [`super::waiting::release`] for a test's proxy.
+fn release(
+    p: &Arc<Proxy>,
+    owner: &Arc<OwnedProducer>,
+    state: &mut ProducerState,
+    at: Instant,
+    unsent: &mut Vec<PendingReply>,
+) {
+    let routing: Arc<dyn Context> = p.clone();
+    super::waiting::release(&routing, owner, state, at, unsent);
 }
 
 /// A proxy routing topics "t*", where topic "t" has partitions 0-5 led by 1,1,2,2,3,3.
@@ -716,13 +730,7 @@ async fn a_batch_no_lane_takes_waits_in_kroute_and_goes_when_an_answer_frees_one
     {
         let mut state = owner.lock();
         state.sequences.resolve(&key(3, 0), freed, 0, code::NONE);
-        super::waiting::release(
-            &(p.clone() as Arc<dyn Context>),
-            &owner,
-            &mut state,
-            Instant::now(),
-            &mut unsent,
-        );
+        release(&p, &owner, &mut state, Instant::now(), &mut unsent);
         // Numbered on the freed lane, right after the acknowledged batch.
         assert_eq!(state.sequences.lookup(&key(0, 2)), Lookup::StillInFlight);
     }
@@ -758,13 +766,7 @@ async fn a_waiting_batch_is_answered_retriable_at_its_deadline_and_later_ones_fo
     }
     let late = Instant::now() + super::waiting::wait_limit(i32::MAX) + Duration::from_millis(1);
     let mut unsent = Vec::new();
-    super::waiting::release(
-        &(p.clone() as Arc<dyn Context>),
-        &owner,
-        &mut owner.lock(),
-        late,
-        &mut unsent,
-    );
+    release(&p, &owner, &mut owner.lock(), late, &mut unsent);
     for (merge, answer) in waiting {
         let merged = merge.merge(vec![answer.await.unwrap()]);
         assert_eq!(merged_errors(&merged), vec![(0, code::REQUEST_TIMED_OUT)]);
@@ -952,13 +954,7 @@ async fn batches_waiting_for_a_busy_lane_go_out_joined_when_it_frees() {
     {
         let mut state = owner.lock();
         state.sequences.resolve(&key(3, 0), freed, 0, code::NONE);
-        super::waiting::release(
-            &(p.clone() as Arc<dyn Context>),
-            &owner,
-            &mut state,
-            Instant::now(),
-            &mut unsent,
-        );
+        release(&p, &owner, &mut state, Instant::now(), &mut unsent);
         // All three went out on the freed lane, as one batch.
         for (partition, base) in [(0, 2), (1, 2), (0, 4)] {
             assert_eq!(
