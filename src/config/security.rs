@@ -279,12 +279,21 @@ fn validate_sasl(s: &SaslConfig) -> Result<(), Invalid> {
 mod tests {
     use crate::config::{Config, ConfigError};
 
+    /// The key a configuration is refused for, as kroute loads it: validated, then its TLS
+    /// files loaded ([`crate::security::check_files`]).
     fn key_of(extra: &str) -> String {
         let text = format!("[upstream]\nbootstrap_servers = [\"b:9092\"]\n{extra}");
-        match Config::parse(&text, "t") {
+        let loaded = Config::parse(&text, "t").and_then(|config| {
+            crate::security::check_files(&config).map_err(|(key, problem)| ConfigError::Invalid {
+                path: "t".into(),
+                key,
+                problem,
+            })
+        });
+        match loaded {
             Err(ConfigError::Invalid { key, .. }) => key.to_string(),
             Err(e) => format!("other error: {e}"),
-            Ok(_) => "accepted".into(),
+            Ok(()) => "accepted".into(),
         }
     }
 
