@@ -14,12 +14,16 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicN
 use tokio::sync::{Notify, watch};
 
 use crate::ask::{Ask, exchange};
+use crate::balance::scores::Scores;
 
-/// The brokers as kroute knows them, and a way to ask one of them something on kroute's own
-/// connection: what kroute's background work (consumer lag, the skew sampler) needs of the
-/// proxy, and all it gets.
+/// The brokers as kroute knows them (where they are, how fast they answer) and a way to ask one
+/// of them something on kroute's own connection. All that kroute's background work (consumer
+/// lag) gets of the proxy, and the base of what the skew report, broker connections and routing
+/// get ([`crate::skew::Sources`], [`crate::upstream::Context`], [`crate::route::Context`]).
 pub trait Brokers: Send + Sync {
     fn cluster(&self) -> &ClusterView;
+    /// Every broker's live score: round trips feed it, routing reads it.
+    fn scores(&self) -> &Scores;
     /// How kroute's own requests to the broker at `addr` are made ([`crate::ask`]).
     fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a>;
 }

@@ -1,8 +1,8 @@
 //! `proxy.toml`: what kroute listens on, which cluster it fronts, and its limits.
 //!
 //! Every section and key is optional except `upstream.bootstrap_servers`; unknown keys are
-//! errors, so a typo never silently falls back to a default. [`Config::load`] returns an error
-//! that names the offending key and says what is wrong with it.
+//! errors, so a typo never silently falls back to a default. [`Config::load_with`] returns an
+//! error that names the offending key (or the flag that set it) and says what is wrong with it.
 
 pub mod lag;
 pub mod overrides;
@@ -11,7 +11,7 @@ mod show;
 pub mod skew;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -529,16 +529,6 @@ pub struct Effective {
 }
 
 impl Config {
-    /// Reads, parses and validates a config file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        Self::parse(&text, &shown)
-    }
-
     /// Reads the file (if any), puts the overrides over it and validates the result, then runs
     /// `check_files` over it (kroute passes [`crate::security::check_files`]: the TLS files
     /// load, so a bad one is named before kroute starts). An invalid value an override set is
@@ -546,7 +536,7 @@ impl Config {
     pub fn load_with(
         file: &ConfigFile,
         overrides: &[Override],
-        check_files: impl FnOnce(&Config) -> Result<(), (&'static str, String)>,
+        check_files: impl FnOnce(&Config) -> Result<(), security::Invalid>,
     ) -> Result<Effective, ConfigError> {
         let (path, must_exist) = match file {
             ConfigFile::Given(p) => (p, true),
@@ -596,7 +586,8 @@ impl Config {
         })
     }
 
-    /// Parses and validates config text; `origin` names it in errors.
+    /// Parses and validates config text; `origin` names it in errors. The files it names are not
+    /// read (the TLS ones are, by [`Config::load_with`]).
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let config = Self::unvalidated(text, origin)?;
         config.validate(origin)?;

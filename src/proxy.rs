@@ -40,8 +40,17 @@ impl Brokers for Proxy {
         &self.cluster
     }
 
+    fn scores(&self) -> &Scores {
+        &self.router.scores
+    }
+
     fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a> {
-        Proxy::ask(self, addr)
+        Ask {
+            addr,
+            timeout: self.config.connect_timeout(),
+            max_frame_bytes: self.config.limits.max_frame_bytes,
+            security: &self.security,
+        }
     }
 }
 
@@ -52,10 +61,6 @@ impl upstream::Context for Proxy {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    fn scores(&self) -> &Scores {
-        &self.router.scores
     }
 
     fn security(&self) -> &UpstreamSecurity {
@@ -98,27 +103,12 @@ impl skew::Sources for Proxy {
         &self.metrics.routing.traffic
     }
 
-    fn scores(&self) -> &Scores {
-        &self.router.scores
-    }
-
     fn lag(&self) -> Option<&LagStore> {
         self.lag.as_deref()
     }
 }
 
 impl Proxy {
-    /// How kroute's own requests to the broker at `addr` are made
-    /// ([`crate::ask`]).
-    pub fn ask<'a>(&'a self, addr: &'a str) -> Ask<'a> {
-        Ask {
-            addr,
-            timeout: self.config.connect_timeout(),
-            max_frame_bytes: self.config.limits.max_frame_bytes,
-            security: &self.security,
-        }
-    }
-
     /// Fails, naming the file, if a certificate or key of `[upstream.tls]` cannot be loaded.
     /// Needs a tokio runtime when certificate files are watched for changes.
     pub fn new(config: Config, metrics: Metrics) -> Result<Arc<Proxy>, String> {

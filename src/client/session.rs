@@ -7,7 +7,7 @@
 //! when later parts finish first. A malformed frame ends only this connection, with one log
 //! line and a metric.
 //!
-//! At shutdown ([`super::Shutdown`]) the reader stops taking requests, the writer writes every
+//! At shutdown ([`crate::shutdown::Shutdown`]) the reader stops taking requests, the writer writes every
 //! answer still owed and then closes the connection, between two answers; what the client sent
 //! meanwhile is read and dropped until it closes too (closing with unread bytes would reset the
 //! connection under answers it has not read yet). The broker connections stay open until the
@@ -279,7 +279,7 @@ async fn read_requests(
 ) -> Result<ReadEnd, ClientError> {
     let home = upstreams.home.node_id;
     // The proxy as routing sees it (one pointer per connection, not per request).
-    let routing: Arc<dyn route::Context> = proxy.clone();
+    let route_ctx: Arc<dyn route::Context> = proxy.clone();
     // What the client's own SASL exchange allows its batches ([`ClientAuth`]).
     let mut auth = ClientAuth::default();
     let limits = slots.limits();
@@ -318,7 +318,7 @@ async fn read_requests(
             continue;
         }
         let permit = auth.permit().clone();
-        match plan(&routing, home, &permit, &head, &frame)? {
+        match plan(&route_ctx, home, &permit, &head, &frame)? {
             Plan::ForwardNoReply => {
                 let out = Outbound::new(frame, None);
                 upstreams.home.send(out).await?;

@@ -16,19 +16,17 @@ use super::metrics::LagMetrics;
 use super::offset_commit::{TopicRef, read_request, read_response};
 use super::store::{LagStore, Source};
 
-/// What to do with the broker's answer to an OffsetCommit request: read it, and record the
-/// commits it accepted.
-pub type CommitObserver = Box<dyn FnOnce(&Bytes) + Send>;
-
-/// An observer recording the commits of this OffsetCommit request (`payload`, of `version`)
-/// that the broker accepts; `None` when lag is off, the group is not watched, or the request
-/// cannot be read (counted: the broker still gets it and has the last word).
+/// An observer of the broker's answer to this OffsetCommit request (`payload`, of `version`):
+/// given the answer, it records the commits the broker accepted. The caller gives it only a
+/// broker's answer, never a failure to get one. `None` when lag is off, the group is not
+/// watched, or the request cannot be read (counted: the broker still gets it and has the last
+/// word).
 pub fn commit_observer(
     lag: Option<&Arc<LagStore>>,
     metrics: &LagMetrics,
     version: i16,
     payload: &Bytes,
-) -> Option<CommitObserver> {
+) -> Option<impl FnOnce(&Bytes) + Send + 'static> {
     // Commits read from __consumer_offsets need no second copy from the data path.
     let lag = lag.filter(|lag| !lag.commits_from_log())?.clone();
     let request = match read_request(payload, version) {
@@ -52,18 +50,16 @@ pub fn commit_observer(
         metrics.commits_observed.clone(),
         metrics.commits_unreadable.clone(),
     );
-    Some(Box::new(move |answer| {
-        match read_response(answer, version) {
-            Ok(results) => {
-                let recorded = record(&lag, &group, &offsets, results);
-                observed.increment(recorded);
-            }
-            Err(e) => {
-                unreadable.increment(1);
-                debug!(version, "OffsetCommit response not read for lag: {e}");
-            }
+    Some(move |answer: &Bytes| match read_response(answer, version) {
+        Ok(results) => {
+            let recorded = record(&lag, &group, &offsets, results);
+            observed.increment(recorded);
         }
-    }))
+        Err(e) => {
+            unreadable.increment(1);
+            debug!(version, "OffsetCommit response not read for lag: {e}");
+        }
+    })
 }
 
 /// Records the accepted commits; returns how many.

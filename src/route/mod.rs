@@ -115,7 +115,7 @@ impl Router {
 /// `permit` says which topics' batches may move at all on this connection (see
 /// [`crate::security::Permit`]).
 pub fn plan(
-    proxy: &Arc<dyn Context>,
+    ctx: &Arc<dyn Context>,
     home: i32,
     permit: &Permit,
     head: &RequestHead,
@@ -124,7 +124,7 @@ pub fn plan(
     match head.api() {
         Some(ApiKey::Produce) => {
             let produce = produce_head(frame, head.api_version)?;
-            Ok(produce::plan(proxy, home, permit, head, &produce, frame))
+            Ok(produce::plan(ctx, home, permit, head, &produce, frame))
         }
         Some(ApiKey::ApiVersions) if head.api_version > ApiVersionsResponse::VERSIONS.max => {
             // ApiVersions responses always use response header v0: just the correlation id.

@@ -51,14 +51,14 @@ pub(super) fn unsplit(acks: i16) -> Plan {
 /// which topics' batches may move on this connection (a SASL client's only to topics it has
 /// written itself, since kroute's side connections carry kroute's identity).
 pub fn plan(
-    proxy: &Arc<dyn Context>,
+    ctx: &Arc<dyn Context>,
     home: i32,
     permit: &Permit,
     head: &RequestHead,
     produce: &ProduceHead,
     frame: &Bytes,
 ) -> Plan {
-    let routing = &proxy.config().routing;
+    let routing = &ctx.config().routing;
     if matches!(permit, Permit::Nothing)
         || routing.strategy == Strategy::Off
         || routing.include.is_empty()
@@ -67,11 +67,11 @@ pub fn plan(
         || head.api_version > PRODUCE_MAX_VERSION
     {
         let body_bytes = frame.len().saturating_sub(produce.body_offset);
-        let traffic = &proxy.metrics().routing.traffic;
+        let traffic = &ctx.metrics().routing.traffic;
         traffic.add(home, crate::skew::traffic::Class::NotRouted, body_bytes);
         return unsplit(produce.acks);
     }
-    let kept = &proxy.metrics().routing;
+    let kept = &ctx.metrics().routing;
     let body = frame.slice(produce.body_offset..);
     if produce.transactional {
         kept.keep(KeepReason::Transactional, home, body.len());
@@ -90,19 +90,11 @@ pub fn plan(
     // all of its batches would go out under kroute's identity.
     let principal = permit.principal();
     if permit.may_renumber()
-        && let Some(owner) = sequenced::owner(proxy.as_ref(), acks, &topics)
+        && let Some(owner) = sequenced::owner(ctx.as_ref(), acks, &topics)
     {
         let header = frame.slice(..produce.body_offset);
         let request = (acks, timeout_ms);
-        return sequenced::plan(
-            proxy,
-            (home, principal),
-            head,
-            header,
-            request,
-            topics,
-            owner,
-        );
+        return sequenced::plan(ctx, (home, principal), head, header, request, topics, owner);
     }
 
     let now = Instant::now();
@@ -117,13 +109,13 @@ pub fn plan(
         let mut topic_routes = Vec::with_capacity(topic.partitions.len());
         let routed = routing.routes_topic(name_str) && permit.allows(name_str);
         let layout = if routed {
-            proxy.cluster().topic(name_str)
+            ctx.cluster().topic(name_str)
         } else {
             None
         };
-        let unreachable = unreachable(proxy.as_ref(), principal, layout.as_deref());
+        let unreachable = unreachable(ctx.as_ref(), principal, layout.as_deref());
         let mut targets = Targets {
-            proxy: proxy.as_ref(),
+            ctx: ctx.as_ref(),
             name: name_str,
             now,
             used: topic.partitions.iter().map(|p| p.index).collect(),
@@ -245,10 +237,7 @@ pub fn plan(
         }
     }
     for (topic, to, records, bytes) in moves {
-        proxy
-            .metrics()
-            .routing
-            .moved(topic, home, to, records, bytes);
+        ctx.metrics().routing.moved(topic, home, to, records, bytes);
     }
     let merge = (produce.acks != 0)
         .then(|| Box::new(ProduceMerge::new(head, topics, routes)) as Box<dyn Merge>);
@@ -339,7 +328,7 @@ fn verdict(
 /// Where one topic's movable records of a request go: one broker per request (the next one
 /// once it has no partition left that the request does not already name).
 struct Targets<'a> {
-    proxy: &'a dyn Context,
+    ctx: &'a dyn Context,
     name: &'a str,
     now: Instant,
     /// Partitions this request already names (original or assigned): never twice.
@@ -362,7 +351,7 @@ impl Targets<'_> {
         index: i32,
         bytes: usize,
     ) -> Result<(i32, i32), KeepReason> {
-        let router = &self.proxy.router();
+        let router = self.ctx.router();
         loop {
             let broker = match self.broker {
                 Some(b) => b,
@@ -410,14 +399,14 @@ impl Targets<'_> {
 /// through kroute: its batches cannot go out there under its own identity
 /// ([`crate::upstream::principals`]). Empty for other clients.
 pub(super) fn unreachable(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
     principal: Option<&Arc<Principal>>,
     layout: Option<&TopicLayout>,
 ) -> Vec<i32> {
     let (Some(principal), Some(layout)) = (principal, layout) else {
         return Vec::new();
     };
-    let connections = &proxy.client_connections();
+    let connections = ctx.client_connections();
     layout
         .leaders()
         .iter()

@@ -131,7 +131,7 @@ impl ProducerState {
     /// is none or the last one ended; or one of the principal's, if it has any there.
     pub fn link(
         &mut self,
-        proxy: &Arc<dyn Context>,
+        ctx: &Arc<dyn Context>,
         (key, principal): (LinkKey, Option<&Arc<Principal>>),
         addr: &str,
     ) -> Option<&ProducerLink> {
@@ -146,13 +146,13 @@ impl ProducerState {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(match principal {
                 None => ProducerLink::Kroute(Upstream::open(
-                    proxy.clone(),
+                    ctx.clone(),
                     key.node_id,
                     addr.to_string(),
                     LINK_QUEUE,
                 )),
                 Some(principal) => {
-                    let connections = proxy.client_connections();
+                    let connections = ctx.client_connections();
                     let shard = key.shard as usize;
                     let injector = connections.pick(principal, key.node_id, shard)?;
                     ProducerLink::Client(principal.clone(), injector)
@@ -285,12 +285,12 @@ impl Producers {
 }
 
 /// Sweeps expired producers now and then, forever.
-pub async fn sweep_forever(proxy: Arc<dyn Context>) {
-    let period = Duration::from_millis(proxy.config().routing.producer_expiry_ms / 4)
+pub async fn sweep_forever(ctx: Arc<dyn Context>) {
+    let period = Duration::from_millis(ctx.config().routing.producer_expiry_ms / 4)
         .clamp(Duration::from_millis(100), Duration::from_secs(60));
     loop {
         tokio::time::sleep(period).await;
-        proxy.router().producers.sweep(Instant::now());
+        ctx.router().producers.sweep(Instant::now());
     }
 }
 

@@ -117,15 +117,15 @@ pub fn origin_after_restart(
 }
 
 /// Reads the brokers' producer state once the cluster is known, then settles `recovery`.
-pub async fn read_held_epochs(proxy: std::sync::Arc<dyn Context>) {
-    let recovery = &proxy.router().recovery;
-    let routing = &proxy.config().routing;
-    if !routing.routes_idempotent() || proxy.security().learns_brokers_from_clients() {
+pub async fn read_held_epochs(ctx: std::sync::Arc<dyn Context>) {
+    let recovery = &ctx.router().recovery;
+    let routing = &ctx.config().routing;
+    if !routing.routes_idempotent() || ctx.security().learns_brokers_from_clients() {
         recovery.settle(None);
         return;
     }
-    let mut changes = proxy.cluster().subscribe();
-    while proxy.cluster().node_ids().is_empty() {
+    let mut changes = ctx.cluster().subscribe();
+    while ctx.cluster().node_ids().is_empty() {
         if changes.changed().await.is_err() {
             return;
         }
@@ -133,7 +133,7 @@ pub async fn read_held_epochs(proxy: std::sync::Arc<dyn Context>) {
     let began = Instant::now();
     let mut last_error = String::new();
     for attempt in 1..=ATTEMPTS {
-        match held_epochs(proxy.as_ref()).await {
+        match held_epochs(ctx.as_ref()).await {
             Ok((held, partitions)) => {
                 info!(
                     producers = held.len(),
@@ -156,18 +156,18 @@ pub async fn read_held_epochs(proxy: std::sync::Arc<dyn Context>) {
 
 /// The highest epoch per producer id over every partition of the routed topics, and how many
 /// partitions were read.
-async fn held_epochs(proxy: &dyn Context) -> anyhow::Result<(HashMap<i64, i16>, usize)> {
-    let leaders = routed_partitions_by_leader(proxy).await?;
+async fn held_epochs(ctx: &dyn Context) -> anyhow::Result<(HashMap<i64, i16>, usize)> {
+    let leaders = routed_partitions_by_leader(ctx).await?;
     let mut held: HashMap<i64, i16> = HashMap::new();
     let mut partitions = 0;
     for (leader, topics) in leaders {
-        let addr = proxy
+        let addr = ctx
             .cluster()
             .address(leader)
             .ok_or_else(|| anyhow::anyhow!("broker {leader} has no known address"))?;
         let request = DescribeProducersRequest::default().with_topics(topics);
         let response: DescribeProducersResponse = exchange(
-            &proxy.ask(&addr),
+            &ctx.ask(&addr),
             ApiKey::DescribeProducers,
             DESCRIBE_PRODUCERS_VERSIONS,
             &request,
@@ -196,16 +196,16 @@ async fn held_epochs(proxy: &dyn Context) -> anyhow::Result<(HashMap<i64, i16>, 
 
 /// The partitions of every topic enabled for routing, grouped by their leader.
 async fn routed_partitions_by_leader(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
 ) -> anyhow::Result<HashMap<i32, Vec<TopicRequest>>> {
     let mut last_error = anyhow::anyhow!("no broker to ask");
-    for addr in proxy
+    for addr in ctx
         .cluster()
-        .bootstrap_candidates(&proxy.config().upstream.bootstrap_servers)
+        .bootstrap_candidates(&ctx.config().upstream.bootstrap_servers)
     {
         let request = MetadataRequest::default().with_topics(None);
         let response: MetadataResponse = match exchange(
-            &proxy.ask(&addr),
+            &ctx.ask(&addr),
             ApiKey::Metadata,
             METADATA_VERSIONS,
             &request,
@@ -222,7 +222,7 @@ async fn routed_partitions_by_leader(
         for topic in response.topics {
             let Some(name) = topic
                 .name
-                .filter(|n| proxy.config().routing.routes_topic(n.as_str()))
+                .filter(|n| ctx.config().routing.routes_topic(n.as_str()))
             else {
                 continue;
             };

@@ -60,7 +60,7 @@ pub enum Identity {
 /// Loads the TLS files `config` names (certificates, keys, CAs of `[listen.tls]` and
 /// `[upstream.tls]`), so that a bad one is named by its key before kroute starts
 /// ([`Config::load_with`]).
-pub fn check_files(config: &Config) -> Result<(), (&'static str, String)> {
+pub fn check_files(config: &Config) -> Result<(), config::Invalid> {
     if let Some(tls) = &config.listen.tls {
         listener_tls::server_config(tls).map_err(|problem| ("listen.tls", problem))?;
     }

@@ -30,7 +30,6 @@ pub mod traffic;
 pub use config::SkewConfig;
 pub use sample::{Sample, Samples};
 
-use crate::balance::scores::Scores;
 use crate::cluster::Brokers;
 use crate::lag::LagStore;
 use traffic::ProduceTraffic;
@@ -48,8 +47,6 @@ pub trait Sources: Brokers {
     fn learns_brokers_from_clients(&self) -> bool;
     /// The produce bytes through kroute, counted on the data path.
     fn traffic(&self) -> &ProduceTraffic;
-    /// The routing scores: each broker's cost now.
-    fn scores(&self) -> &Scores;
     /// Consumer lag, when `[lag]` is on.
     fn lag(&self) -> Option<&LagStore>;
 }

@@ -1,8 +1,8 @@
 //! What a broker connection uses of the running proxy, which provides it ([`crate::proxy`]).
+//! The scores and the cluster view come with [`Brokers`].
 
 use std::time::Instant;
 
-use crate::balance::scores::Scores;
 use crate::cluster::Brokers;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -14,8 +14,6 @@ use crate::security::UpstreamSecurity;
 pub trait Context: Brokers {
     fn config(&self) -> &Config;
     fn metrics(&self) -> &Metrics;
-    /// Every broker's live score: round trips feed it, failures mark the broker unreachable.
-    fn scores(&self) -> &Scores;
     /// How connections to the brokers are secured (TLS, SASL).
     fn security(&self) -> &UpstreamSecurity;
     /// Real broker addresses to kroute's, for the answers that carry them.

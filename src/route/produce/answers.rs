@@ -56,7 +56,7 @@ impl Numbered {
 /// place where the path turns back: an answer frees lanes, and the batches waiting for one go
 /// through place, number and send again, under the same lock.
 pub fn recorder(
-    proxy: Arc<dyn Context>,
+    ctx: Arc<dyn Context>,
     owner: Arc<OwnedProducer>,
     version: i16,
     batches: Vec<Numbered>,
@@ -65,9 +65,9 @@ pub fn recorder(
         let mut unsent = Vec::new();
         let answer = {
             let mut state = owner.lock();
-            let metrics = &proxy.metrics().sequencing;
+            let metrics = &ctx.metrics().sequencing;
             let answer = record(&mut state.sequences, metrics, version, &batches, answer);
-            release(&proxy, &owner, &mut state, Instant::now(), &mut unsent);
+            release(&ctx, &owner, &mut state, Instant::now(), &mut unsent);
             answer
         };
         // Dropping an unsent request records its outcome, under the producer's lock.

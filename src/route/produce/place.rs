@@ -109,7 +109,7 @@ enum Pick {
 
 /// What placing one entry needs to see.
 pub(super) struct Place<'a, 'b> {
-    pub proxy: &'a dyn Context,
+    pub ctx: &'a dyn Context,
     pub state: &'a mut ProducerState,
     pub home: i32,
     pub name: &'a str,
@@ -134,7 +134,7 @@ impl Place<'_, '_> {
         (movable, budget): (Option<bool>, &mut InspectBudget),
         earlier_waits: bool,
     ) -> Placement {
-        let counters = &self.proxy.metrics().sequencing;
+        let counters = &self.ctx.metrics().sequencing;
         let lookup = self.state.sequences.lookup(&key);
         if let Lookup::ResendJoined(j) = &lookup {
             tracing::trace!(?key, j.target, ?j.members, "looked up: resend joined");
@@ -167,7 +167,7 @@ impl Place<'_, '_> {
         self.used.insert(target);
         match self.node_of(key.partition, target) {
             Some(node) => {
-                self.proxy.metrics().sequencing.resent.increment(1);
+                self.ctx.metrics().sequencing.resent.increment(1);
                 Placement::Numbered {
                     node,
                     target,
@@ -179,7 +179,7 @@ impl Place<'_, '_> {
             // Its partition has no known leader: the client retries again later, when
             // kroute's metadata may know one.
             None => {
-                self.proxy.cluster().stale();
+                self.ctx.cluster().stale();
                 let sequences = &mut self.state.sequences;
                 Placement::Local(sequences.resolve(&key, target, seq, code::UNANSWERED))
             }
@@ -191,7 +191,7 @@ impl Place<'_, '_> {
     fn resend_joined(&mut self, key: BatchKey, joined: Joined) -> Placement {
         self.used.insert(joined.target);
         let Some(node) = self.node_of(key.partition, joined.target) else {
-            self.proxy.cluster().stale();
+            self.ctx.cluster().stale();
             let sequences = &mut self.state.sequences;
             let mut reported = code::UNANSWERED;
             for (member, seq) in &joined.members {
@@ -202,7 +202,7 @@ impl Place<'_, '_> {
             }
             return Placement::Local(reported);
         };
-        self.proxy.metrics().sequencing.resent.increment(1);
+        self.ctx.metrics().sequencing.resent.increment(1);
         Placement::Joined {
             node,
             target: joined.target,
@@ -237,7 +237,7 @@ impl Place<'_, '_> {
         movable: bool,
         earlier_waits: bool,
     ) -> Placement {
-        let counters = &self.proxy.metrics().sequencing;
+        let counters = &self.ctx.metrics().sequencing;
         if !self.state.sequences.in_client_order(&key) {
             if earlier_waits {
                 return Placement::Wait { movable };
@@ -255,9 +255,9 @@ impl Place<'_, '_> {
         // partition: when an answer frees one, the waiting batches go out joined, in one round
         // trip ([`crate::route::join`]).
         let joinable = movable
-            && self.proxy.router().join_max_bytes > 0
+            && self.ctx.router().join_max_bytes > 0
             && self.state.sequences.joins(&key.topic)
-            && join::joinable(records, self.proxy.router().join_compressed);
+            && join::joinable(records, self.ctx.router().join_compressed);
         let picked = movable
             .then(|| self.choose(&key, records, choice, joinable))
             .flatten();
@@ -373,7 +373,7 @@ impl Place<'_, '_> {
     }
 
     fn kept(&self, reason: KeepReason, bytes: usize) {
-        self.proxy.metrics().routing.keep(reason, self.home, bytes);
+        self.ctx.metrics().routing.keep(reason, self.home, bytes);
     }
 
     /// Picks (broker, partition) for a movable batch: the strategy's broker for this topic,
@@ -405,7 +405,7 @@ impl Place<'_, '_> {
         // A batch that can wait to be joined never queues deep.
         let deep = !joinable;
         let layout = self.layout?;
-        let router = &self.proxy.router();
+        let router = self.ctx.router();
         loop {
             let broker = self.broker(layout, choice, deep)?;
             let sequences = &self.state.sequences;
@@ -457,7 +457,7 @@ impl Place<'_, '_> {
         if let Some(b) = choice.broker {
             return Some(b);
         }
-        let router = &self.proxy.router();
+        let router = self.ctx.router();
         loop {
             let picked = router.strict_cost.pick_excluding(
                 self.name,
@@ -480,7 +480,7 @@ impl Place<'_, '_> {
     /// The head of this request on `broker` with the fewest bytes that `records` can join
     /// within `routing.join_max_bytes`.
     fn smallest_head(&self, choice: &TopicChoice, broker: i32, records: &Bytes) -> Option<usize> {
-        let limit = self.proxy.router().join_max_bytes;
+        let limit = self.ctx.router().join_max_bytes;
         let (h, head) = choice
             .heads
             .iter()

@@ -34,7 +34,7 @@ impl PlanJoin {
     /// offsets unknown like its followers'.
     pub(super) fn finish(
         self,
-        proxy: &dyn Context,
+        ctx: &dyn Context,
         state: &mut ProducerState,
         topic: &TopicName,
         (destinations, numbered): (&mut [(LinkKey, Vec<TopicProduceData>)], &mut Vec<Numbered>),
@@ -69,7 +69,7 @@ impl PlanJoin {
             .sequences
             .set_joined(&self.topic_key, self.target, self.epoch, self.seq, &joined);
         let followers = self.records.len() as u64 - 1;
-        proxy.metrics().sequencing.joined.increment(followers);
+        ctx.metrics().sequencing.joined.increment(followers);
     }
 
     /// Takes the joined batch out of its part when it could not be built. Cannot happen (each

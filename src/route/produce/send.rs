@@ -61,7 +61,7 @@ impl Request {
 
 /// The producer's connections, while its lock is held.
 pub(super) struct Links<'a> {
-    pub proxy: &'a Arc<dyn Context>,
+    pub ctx: &'a Arc<dyn Context>,
     pub owner: &'a Arc<OwnedProducer>,
     /// Requests that could not be queued (full or closed connection, unknown broker). The
     /// caller drops them only once the producer's lock is released: dropping one records "no
@@ -91,7 +91,7 @@ impl Links<'_> {
         }
         let pending = self.pending(shape, numbered, to);
         match self
-            .proxy
+            .ctx
             .cluster()
             .address(link.node_id)
             .filter(|_| !frame.is_empty())
@@ -101,12 +101,12 @@ impl Links<'_> {
                 // No connection (of the client's principal) there now: the part fails
                 // retriably, as on a full or closed connection.
                 let principal = shape.principal.as_ref();
-                let sent = match state.link(self.proxy, (link, principal), &addr) {
+                let sent = match state.link(self.ctx, (link, principal), &addr) {
                     Some(link) => {
                         let injected = matches!(link, ProducerLink::Client(..));
                         let sent = link.try_send(out).map_err(|out| out.pending);
                         if injected && sent.is_ok() {
-                            self.proxy.metrics().injected.increment(1);
+                            self.ctx.metrics().injected.increment(1);
                         }
                         sent
                     }
@@ -138,8 +138,8 @@ impl Links<'_> {
         if numbered.is_empty() {
             return pending;
         }
-        let (proxy, owner) = (self.proxy.clone(), self.owner.clone());
-        let mut hook = recorder(proxy, owner, shape.version, numbered);
+        let (ctx, owner) = (self.ctx.clone(), self.owner.clone());
+        let mut hook = recorder(ctx, owner, shape.version, numbered);
         if let Some(waiters) = joined {
             let version = shape.version;
             hook = Box::new(move |answer| {
@@ -154,7 +154,7 @@ impl Links<'_> {
 
 /// Counts a batch sent with kroute's numbers (and its move, if it moved).
 pub(super) fn count_numbered(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
     topic: &str,
     home: i32,
     node: i32,
@@ -162,13 +162,10 @@ pub(super) fn count_numbered(
     target: i32,
     bytes: usize,
 ) {
-    proxy.metrics().sequencing.renumbered.increment(1);
+    ctx.metrics().sequencing.renumbered.increment(1);
     if target != key.partition {
         let count = key.records.max(0) as u32;
-        proxy
-            .metrics()
-            .routing
-            .moved(topic, home, node, count, bytes);
+        ctx.metrics().routing.moved(topic, home, node, count, bytes);
     }
 }
 

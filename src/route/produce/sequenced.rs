@@ -57,11 +57,11 @@ use crate::upstream::{PendingReply, Reply};
 /// kroute did not see it start ([`crate::route::producers`]). (acks=0 never comes from an
 /// idempotent producer; such batches are left alone.)
 pub(super) fn owner(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
     acks: i16,
     topics: &[(TopicName, TopicEntry)],
 ) -> Option<(i64, i16, Arc<OwnedProducer>)> {
-    let routing = &proxy.config().routing;
+    let routing = &ctx.config().routing;
     if acks == 0 || !routing.routes_idempotent() {
         return None;
     }
@@ -70,7 +70,7 @@ pub(super) fn owner(
         .filter(|(name, _)| routing.routes_topic(name.as_str()))
         .flat_map(|(_, t)| &t.partitions)
         .find_map(|p| sequenced(p.records.as_ref()?))?;
-    let producers = &proxy.router().producers;
+    let producers = &ctx.router().producers;
     let now = Instant::now();
     let owned = producers
         .get(first.producer_id)
@@ -81,7 +81,7 @@ pub(super) fn owner(
 /// Settles the origin of a producer kroute did not see start, once kroute knows what the
 /// brokers hold ([`crate::route::recovery`]).
 fn resolve(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
     state: &mut ProducerState,
     epoch: i16,
     producer_id: i64,
@@ -90,9 +90,9 @@ fn resolve(
     if state.origin != Origin::Unresolved {
         return;
     }
-    if let Some(origin) = proxy.router().recovery.origin(producer_id, epoch, now) {
+    if let Some(origin) = ctx.router().recovery.origin(producer_id, epoch, now) {
         if matches!(origin, Origin::Adopted { .. }) {
-            proxy.metrics().sequencing.adopted.increment(1);
+            ctx.metrics().sequencing.adopted.increment(1);
         }
         state.origin = origin;
     }
@@ -102,7 +102,7 @@ fn resolve(
 /// broker `home` of a client authenticated as `principal` (if any); `header` is the request
 /// header bytes.
 pub(super) fn plan(
-    proxy: &Arc<dyn Context>,
+    ctx: &Arc<dyn Context>,
     (home, principal): (i32, Option<&Arc<Principal>>),
     head: &RequestHead,
     header: Bytes,
@@ -121,8 +121,8 @@ pub(super) fn plan(
     };
     let mut state = owner.lock();
     state.touch(now);
-    resolve(proxy.as_ref(), &mut state, first_epoch, producer_id, now);
-    let mut planner = Planner::new(proxy, home, producer_id, shape, now);
+    resolve(ctx.as_ref(), &mut state, first_epoch, producer_id, now);
+    let mut planner = Planner::new(ctx, home, producer_id, shape, now);
     let (mut routes, batches): (Vec<Vec<Route>>, Vec<Vec<Vec<BatchKey>>>) = topics
         .iter()
         .map(|(name, topic)| planner.topic(&mut state, name, topic))
@@ -136,7 +136,7 @@ pub(super) fn plan(
     let merge = ProduceMerge::new(head, topics, routes).withholding(Withhold {
         owner,
         batches,
-        withheld: proxy.metrics().sequencing.success_withheld.clone(),
+        withheld: ctx.metrics().sequencing.success_withheld.clone(),
     });
     Plan::Split(Split {
         parts,
@@ -147,7 +147,7 @@ pub(super) fn plan(
 /// One request's plan while it is built, under the producer's lock: the parts sent now, and
 /// the batches that wait.
 struct Planner<'a> {
-    proxy: &'a Arc<dyn Context>,
+    ctx: &'a Arc<dyn Context>,
     /// The broker of the client connection the request came in on.
     home: i32,
     producer_id: i64,
@@ -191,14 +191,14 @@ enum Inspected<'e> {
 
 impl<'a> Planner<'a> {
     fn new(
-        proxy: &'a Arc<dyn Context>,
+        ctx: &'a Arc<dyn Context>,
         home: i32,
         producer_id: i64,
         shape: Shape,
         now: Instant,
     ) -> Self {
         Planner {
-            proxy,
+            ctx,
             home,
             producer_id,
             shape,
@@ -220,12 +220,12 @@ impl<'a> Planner<'a> {
         name: &TopicName,
         topic: &TopicEntry,
     ) -> (Vec<Route>, Vec<Vec<BatchKey>>) {
-        let routed = self.proxy.config().routing.routes_topic(name.as_str());
+        let routed = self.ctx.config().routing.routes_topic(name.as_str());
         let layout = routed
-            .then(|| self.proxy.cluster().topic(name.as_str()))
+            .then(|| self.ctx.cluster().topic(name.as_str()))
             .flatten();
         let principal = self.shape.principal.as_ref();
-        let unreachable = unreachable(self.proxy.as_ref(), principal, layout.as_deref());
+        let unreachable = unreachable(self.ctx.as_ref(), principal, layout.as_deref());
         let mut t = TopicPlan {
             name,
             routed,
@@ -243,7 +243,7 @@ impl<'a> Planner<'a> {
         for join in t.joins.into_iter().filter(|j| j.records.len() > 1) {
             let numbered = &mut self.numbered_in[join.part];
             let parts = (&mut self.destinations[..], numbered);
-            join.finish(self.proxy.as_ref(), state, name, parts, &mut t.routes);
+            join.finish(self.ctx.as_ref(), state, name, parts, &mut t.routes);
         }
         (t.routes, t.batches)
     }
@@ -270,7 +270,7 @@ impl<'a> Planner<'a> {
         let division = match &t.layout {
             Some(_) => {
                 let home = self.home;
-                let metrics = &self.proxy.metrics().routing;
+                let metrics = &self.ctx.metrics().routing;
                 let kept = |reason, bytes| metrics.keep(reason, home, bytes);
                 division(&state.sequences, &key, records, &mut self.budget, kept)
             }
@@ -282,7 +282,7 @@ impl<'a> Planner<'a> {
                 self.batch(state, t, entry, (key, records), (movable, false))
             }
             Division::Parts { keyed, keyless } => {
-                self.proxy.metrics().sequencing.divided.increment(1);
+                self.ctx.metrics().sequencing.divided.increment(1);
                 t.batches.push(vec![keyed.0.clone(), keyless.0.clone()]);
                 let stayed = self.batch(state, t, entry, (keyed.0, &keyed.1), (Some(false), false));
                 let moved =
@@ -294,7 +294,7 @@ impl<'a> Planner<'a> {
             }
             Division::NotNow => {
                 t.batches.push(Vec::new());
-                self.proxy.metrics().sequencing.busy.increment(1);
+                self.ctx.metrics().sequencing.busy.increment(1);
                 Route::Local {
                     error: code::REQUEST_TIMED_OUT,
                 }
@@ -334,7 +334,7 @@ impl<'a> Planner<'a> {
             .and_then(sequenced)
             .filter(|s| s.producer_id == self.producer_id);
         let bytes = records.map_or(0, |r| r.len());
-        let kept = |reason| self.proxy.metrics().routing.keep(reason, self.home, bytes);
+        let kept = |reason| self.ctx.metrics().routing.keep(reason, self.home, bytes);
         match (records, numbering, state.origin) {
             // Not known yet what the brokers hold for it: the client retries.
             (Some(_), Some(_), Origin::Unresolved) => Inspected::Local(code::REQUEST_TIMED_OUT),
@@ -377,7 +377,7 @@ impl<'a> Planner<'a> {
     ) -> Placement {
         let earlier_waits = state.waiting.holds_partition_of(&key);
         let mut place = Place {
-            proxy: self.proxy.as_ref(),
+            ctx: self.ctx.as_ref(),
             state,
             home: self.home,
             name: t.name.as_str(),
@@ -402,7 +402,7 @@ impl<'a> Planner<'a> {
         movable: bool,
     ) -> Route {
         if state.waiting.is_full() {
-            self.proxy.metrics().sequencing.busy.increment(1);
+            self.ctx.metrics().sequencing.busy.increment(1);
             return Route::Local {
                 error: code::REQUEST_TIMED_OUT,
             };
@@ -418,7 +418,7 @@ impl<'a> Planner<'a> {
             deadline: self.now + wait_limit(self.shape.timeout_ms),
             reply,
         });
-        self.proxy.metrics().sequencing.waited.increment(1);
+        self.ctx.metrics().sequencing.waited.increment(1);
         self.waiting.push(answer);
         Route::Waiting {
             part: self.waiting.len() - 1,
@@ -477,7 +477,7 @@ impl<'a> Planner<'a> {
     ) -> Route {
         let bytes = records.len();
         count_numbered(
-            self.proxy.as_ref(),
+            self.ctx.as_ref(),
             t.name.as_str(),
             self.home,
             node,
@@ -525,7 +525,7 @@ impl<'a> Planner<'a> {
         };
         let bytes = records.len();
         count_numbered(
-            self.proxy.as_ref(),
+            self.ctx.as_ref(),
             t.name.as_str(),
             self.home,
             node,
@@ -598,7 +598,7 @@ impl<'a> Planner<'a> {
         let mut numbered_in = self.numbered_in;
         numbered_in.resize_with(sent_now, Vec::new);
         let mut links = Links {
-            proxy: self.proxy,
+            ctx: self.ctx,
             owner,
             unsent,
         };
@@ -619,7 +619,7 @@ impl<'a> Planner<'a> {
         }
         if !self.waiting.is_empty() {
             let deadline = self.now + wait_limit(self.shape.timeout_ms);
-            release_at(self.proxy.clone(), owner.clone(), deadline);
+            release_at(self.ctx.clone(), owner.clone(), deadline);
         }
         for answer in self.waiting {
             parts.push(Part {

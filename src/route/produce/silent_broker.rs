@@ -22,10 +22,10 @@ pub struct SilentBroker {
 
 impl SilentBroker {
     /// Starts one, and makes it every broker (1-3) of `proxy`'s cluster.
-    pub async fn serve(proxy: &dyn Context) -> SilentBroker {
+    pub async fn serve(ctx: &dyn Context) -> SilentBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        proxy.cluster().replace(BTreeMap::from([
+        ctx.cluster().replace(BTreeMap::from([
             (1, addr.clone()),
             (2, addr.clone()),
             (3, addr),

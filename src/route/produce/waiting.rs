@@ -112,7 +112,7 @@ fn same_partition(a: &BatchKey, b: &BatchKey) -> bool {
 /// ([`crate::route::join`]). Requests that could not be queued go to `unsent`, to be dropped
 /// once the producer's lock is released (dropping one records its outcome under that lock).
 pub fn release(
-    proxy: &Arc<dyn Context>,
+    ctx: &Arc<dyn Context>,
     owner: &Arc<OwnedProducer>,
     state: &mut ProducerState,
     now: Instant,
@@ -126,11 +126,7 @@ pub fn release(
         .map(Some)
         .collect();
     let mut keep: VecDeque<Waiter> = VecDeque::with_capacity(queue.len());
-    let mut links = Links {
-        proxy,
-        owner,
-        unsent,
-    };
+    let mut links = Links { ctx, owner, unsent };
     for i in 0..queue.len() {
         let Some(w) = queue[i].take() else { continue };
         if w.reply.is_closed() {
@@ -139,7 +135,7 @@ pub fn release(
             continue;
         }
         let earlier_waits = keep.iter().any(|k| same_partition(&k.key, &w.key));
-        match place(proxy.as_ref(), state, &w, now, earlier_waits) {
+        match place(ctx.as_ref(), state, &w, now, earlier_waits) {
             Placement::Wait { .. } if now < w.deadline => keep.push_back(w),
             placement => settle(&mut links, state, w, placement, &mut queue[i + 1..]),
         }
@@ -152,20 +148,19 @@ pub fn release(
 /// (nothing else of its request is placed with it any more), as movable as it was found on
 /// arrival; `earlier_waits` tells whether a batch of its client partition still waits before it.
 fn place(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
     state: &mut ProducerState,
     w: &Waiter,
     now: Instant,
     earlier_waits: bool,
 ) -> Placement {
     let name = w.topic.as_str();
-    let layout = proxy.cluster().topic(name);
+    let layout = ctx.cluster().topic(name);
     let principal = w.shape.principal.as_ref();
-    let mut choice =
-        TopicChoice::excluding(super::unreachable(proxy, principal, layout.as_deref()));
+    let mut choice = TopicChoice::excluding(super::unreachable(ctx, principal, layout.as_deref()));
     let mut used = HashSet::new();
     let mut place = Place {
-        proxy,
+        ctx,
         state,
         home: w.home,
         name,
@@ -198,7 +193,7 @@ fn settle(
     match placement {
         // Past its deadline (`release` keeps the others).
         Placement::Wait { .. } => {
-            links.proxy.metrics().sequencing.busy.increment(1);
+            links.ctx.metrics().sequencing.busy.increment(1);
             answer(w, code::REQUEST_TIMED_OUT);
         }
         Placement::Local(error) => answer(w, error),
@@ -234,7 +229,7 @@ fn settle(
             records,
         } => {
             let joiners = if w.movable {
-                take_joiners(links.proxy.as_ref(), state, later, &w, target, seq)
+                take_joiners(links.ctx.as_ref(), state, later, &w, target, seq)
             } else {
                 Vec::new()
             };
@@ -253,7 +248,7 @@ fn settle(
 /// movable, joinable (of one codec), of the same topic, epoch and client principal, in their
 /// client partition's order, up to `routing.join_max_bytes` in all. Returns them with their numbers.
 fn take_joiners(
-    proxy: &dyn Context,
+    ctx: &dyn Context,
     state: &mut ProducerState,
     later: &mut [Option<Waiter>],
     head: &Waiter,
@@ -262,9 +257,9 @@ fn take_joiners(
 ) -> Vec<(Waiter, i32)> {
     // The head's bytes as the client sent them: same producer and epoch as the joiners'.
     let records = &head.records;
-    let limit = proxy.router().join_max_bytes;
+    let limit = ctx.router().join_max_bytes;
     let sequences = &mut state.sequences;
-    let compressed = proxy.router().join_compressed;
+    let compressed = ctx.router().join_compressed;
     if limit == 0 || !sequences.joins(&head.key.topic) || !join::joinable(records, compressed) {
         return Vec::new();
     }
@@ -313,7 +308,7 @@ fn send_alone(
     } = head;
     let bytes = records.len();
     count_numbered(
-        links.proxy.as_ref(),
+        links.ctx.as_ref(),
         topic.as_str(),
         home,
         node,
@@ -374,12 +369,12 @@ fn send_joined(
     state
         .sequences
         .set_joined(&topic_key, target, epoch, seq, &joined);
-    let proxy = links.proxy;
+    let ctx = links.ctx;
     let joined_behind = numbered.len() as u64 - 1;
-    proxy.metrics().sequencing.joined.increment(joined_behind);
+    ctx.metrics().sequencing.joined.increment(joined_behind);
     for (n, (home, size)) in numbered.iter().zip(sizes) {
         count_numbered(
-            proxy.as_ref(),
+            ctx.as_ref(),
             topic.as_str(),
             home,
             node,
@@ -430,7 +425,7 @@ impl Waiter {
 }
 
 /// Runs [`release`] at `deadline`, so a batch nothing else releases is answered in time.
-pub fn release_at(proxy: Arc<dyn Context>, owner: Arc<OwnedProducer>, deadline: Instant) {
+pub fn release_at(ctx: Arc<dyn Context>, owner: Arc<OwnedProducer>, deadline: Instant) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // (unit tests without a runtime)
     };
@@ -439,7 +434,7 @@ pub fn release_at(proxy: Arc<dyn Context>, owner: Arc<OwnedProducer>, deadline: 
         let mut unsent = Vec::new();
         {
             let mut state = owner.lock();
-            release(&proxy, &owner, &mut state, Instant::now(), &mut unsent);
+            release(&ctx, &owner, &mut state, Instant::now(), &mut unsent);
         }
         drop(unsent);
     });
