@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use super::commit_log::LoggedCommit;
 use super::config::LagConfig;
@@ -82,6 +82,8 @@ pub struct LagStore {
     /// Whether commits come from `__consumer_offsets` ([`super::tail`]): then polled and
     /// observed ones are ignored, or one commit would be recorded twice at two times.
     from_log: AtomicBool,
+    /// When the tail's last successful read of `__consumer_offsets` began (i64::MIN: none yet).
+    log_read_ms: AtomicI64,
 }
 
 impl LagStore {
@@ -91,6 +93,7 @@ impl LagStore {
             params: Params::of(config),
             state: Mutex::new(State::default()),
             from_log: AtomicBool::new(false),
+            log_read_ms: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -158,6 +161,26 @@ impl LagStore {
 
     pub fn set_commits_from_log(&self, on: bool) {
         self.from_log.store(on, Ordering::Relaxed);
+    }
+
+    /// Notes a read of `__consumer_offsets` that began at `at_ms`: the commits made before
+    /// then are known (or older ones still are being caught up on).
+    pub fn log_read_at(&self, at_ms: i64) {
+        self.log_read_ms.fetch_max(at_ms, Ordering::Relaxed);
+    }
+
+    /// The time a verdict at `now_ms` is taken at: now, or, while commits come from the log,
+    /// when the tail last read it. A commit made since is not known yet, so the silence it
+    /// would end must not count as the consumer's: Burrow reads the topic as it is written,
+    /// the tail every 500 ms, and a consumer committing after every poll has a window that
+    /// spans less than that (Burrow's STOP rule compares the two).
+    fn judged_at(&self, now_ms: i64) -> i64 {
+        let read = self.log_read_ms.load(Ordering::Relaxed);
+        if self.commits_from_log() && read != i64::MIN {
+            now_ms.min(read)
+        } else {
+            now_ms
+        }
     }
 
     /// Records a commit read from `__consumer_offsets`, learnt at `now_ms`.
@@ -273,20 +296,23 @@ impl LagStore {
         self.lock().groups.keys().cloned().collect()
     }
 
-    /// Burrow's verdict on `group` at `now_ms`; `None` for a group kroute does not track.
+    /// Burrow's verdict on `group` at `now_ms` ([`Self::judged_at`]); `None` for a group kroute
+    /// does not track.
     pub fn status(&self, group: &str, now_ms: i64) -> Option<GroupStatus> {
+        let at = self.judged_at(now_ms);
         let state = self.lock();
         let g = state.groups.get(group)?;
-        Some(judge(&state, g, &self.params, now_ms))
+        Some(judge(&state, g, &self.params, at))
     }
 
     /// Every tracked group's verdict, sorted by group.
     pub fn statuses(&self, now_ms: i64) -> Vec<(String, GroupStatus)> {
+        let at = self.judged_at(now_ms);
         let state = self.lock();
         state
             .groups
             .iter()
-            .map(|(name, g)| (name.clone(), judge(&state, g, &self.params, now_ms)))
+            .map(|(name, g)| (name.clone(), judge(&state, g, &self.params, at)))
             .collect()
     }
 
@@ -396,6 +422,39 @@ mod tests {
         let status = s.status("g", 2_500).unwrap();
         assert_eq!(status.partitions[0].status, Status::Stall);
         assert_eq!(status.status, Status::Err);
+    }
+
+    #[test]
+    fn silence_counts_only_up_to_the_last_read_of_the_offsets_log() {
+        let s = store(LagConfig {
+            intervals: 5,
+            ..LagConfig::default()
+        });
+        s.set_commits_from_log(true);
+        s.record_log_end(("t", 0), 1_000, 0);
+        // A consumer behind by some records, committing every 40 ms: its window spans 160 ms.
+        for i in 0..5 {
+            let commit = LoggedCommit {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 0,
+                offset: 100 + i * 10,
+                timestamp_ms: 10_000 + i * 40,
+            };
+            s.record_logged_commit(&commit, 10_300);
+        }
+        // Read from 10.2 s on: judged at 11 s, 840 ms after its newest commit, it is still OK,
+        // since kroute knows its commits only up to 10.2 s.
+        s.log_read_at(10_200);
+        let status = s.status("g", 11_000).unwrap();
+        assert_eq!(status.partitions[0].status, Status::Ok, "{status:?}");
+        // The next read, from 11 s on, finds nothing newer: the silence is the consumer's.
+        s.log_read_at(11_000);
+        let status = s.status("g", 11_500).unwrap();
+        assert_eq!(status.partitions[0].status, Status::Stop, "{status:?}");
+        // Polled commits (the log unreadable) are judged at the time asked.
+        s.set_commits_from_log(false);
+        assert_eq!(s.judged_at(20_000), 20_000);
     }
 
     #[test]

@@ -66,6 +66,7 @@ pub async fn run(brokers: Arc<dyn Brokers>, lag: Arc<LagStore>, metrics: Arc<Lag
         if !brokers.cluster().is_ready() {
             continue;
         }
+        let started_ms = now_ms();
         match tail.round(brokers.as_ref(), &lag, &metrics).await {
             Ok(read) => {
                 if denied || failed_rounds >= FALL_BACK_AFTER {
@@ -73,6 +74,7 @@ pub async fn run(brokers: Arc<dyn Brokers>, lag: Arc<LagStore>, metrics: Arc<Lag
                 }
                 (denied, failed_rounds) = (false, 0);
                 if read {
+                    lag.log_read_at(started_ms);
                     lag.set_commits_from_log(true);
                 }
             }
