@@ -157,6 +157,10 @@ fn a_consumer_falling_behind_is_warn() {
     k.assert_clean_logs(&[]);
 }
 
+/// The longest kroute may go between the starts of two reads of `__consumer_offsets` (its
+/// tail reads every 500 ms; the rest allows for the read itself on a busy machine).
+const LOG_READ_PERIOD_MS: i64 = 1_500;
+
 #[test]
 fn a_consumer_that_stops_with_lag_is_stop_and_the_group_err() {
     let k = lag_kroute();
@@ -197,10 +201,12 @@ fn a_consumer_that_stops_with_lag_is_stop_and_the_group_err() {
                 );
                 return Some(v);
             }
-            // kroute judged after `asked`, in whole seconds (Burrow's clock): past the span by
-            // more than a second, the rule says STOP.
+            // kroute judged in whole seconds (Burrow's clock), at the start of its last read of
+            // `__consumer_offsets` (a commit made since is not known yet), which comes every
+            // 500 ms plus the read's own time (up to 1 s allowed here): past the span by more
+            // than that, the rule says STOP.
             assert!(
-                asked - newest <= span + 1000,
+                asked - newest <= span + 1000 + LOG_READ_PERIOD_MS,
                 "not STOP {} ms after the last commit, the window spans {span} ms: {v}",
                 asked - newest
             );
