@@ -7,10 +7,10 @@
 //! when later parts finish first. A malformed frame ends only this connection, with one log
 //! line and a metric.
 //!
-//! At shutdown ([`crate::shutdown::Shutdown`]) the reader stops taking requests, the writer writes every
-//! answer still owed and then closes the connection, between two answers; what the client sent
-//! meanwhile is read and dropped until it closes too (closing with unread bytes would reset the
-//! connection under answers it has not read yet). The broker connections stay open until the
+//! At shutdown ([`crate::shutdown::Shutdown`]) the reader stops taking requests, the writer
+//! writes every answer still owed and then closes the connection, between two answers; what the
+//! client sent meanwhile is read and dropped until it closes too (closing with unread bytes
+//! would reset the connection under answers it has not read yet). The broker connections stay open until the
 //! last answer is in.
 
 use std::collections::HashMap;
@@ -84,7 +84,7 @@ impl Upstreams<'_> {
             let Some(addr) = self.proxy.cluster.address(node_id) else {
                 return;
             };
-            match Upstream::connect(self.proxy, node_id, &addr, Identity::Kroute).await {
+            match Upstream::connect(self.proxy.clone(), node_id, &addr, Identity::Kroute).await {
                 Ok(u) => {
                     self.others.insert(node_id, u);
                 }
@@ -248,7 +248,7 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
                 .cluster
                 .address(node_id)
                 .ok_or_else(|| format!("broker {node_id} is not in the cluster"))?;
-            Upstream::connect(proxy, node_id, &addr, Identity::Client)
+            Upstream::connect(proxy.clone(), node_id, &addr, Identity::Client)
                 .await
                 .map_err(|e| format!("broker {node_id} at {addr}: {e}"))
         }
@@ -259,7 +259,7 @@ async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream
                 .bootstrap_candidates(&proxy.config.upstream.bootstrap_servers)
             {
                 let node_id = proxy.cluster.node_id_of(&addr).unwrap_or(-1);
-                match Upstream::connect(proxy, node_id, &addr, Identity::Client).await {
+                match Upstream::connect(proxy.clone(), node_id, &addr, Identity::Client).await {
                     Ok(u) => return Ok(u),
                     Err(e) => errors.push(format!("{addr}: {e}")),
                 }

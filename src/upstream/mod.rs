@@ -180,7 +180,7 @@ impl Upstream {
     /// Connects to `addr` (the broker with `node_id`, or -1 for a bootstrap server), secured
     /// for `identity` ([`crate::security`]).
     pub async fn connect(
-        ctx: &Arc<impl Context + 'static>,
+        ctx: Arc<dyn Context>,
         node_id: i32,
         addr: &str,
         identity: Identity,
@@ -188,7 +188,7 @@ impl Upstream {
         let link = Link::new(ctx.as_ref(), node_id);
         let opened = dial(ctx.as_ref(), &link, addr, identity).await?;
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-        start(opened, rx, ctx.clone(), link.clone());
+        start(opened, rx, ctx, link.clone());
         Ok(Upstream { node_id, tx, link })
     }
 
