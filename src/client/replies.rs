@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, error::TryRecvError as QueueEmpty};
 use tokio::sync::oneshot::{self, error::TryRecvError};
 
 use super::limits::{Admitted, Limits};
@@ -99,7 +99,23 @@ impl Replies<'_> {
     async fn next(&mut self) -> Option<Slot> {
         match self.ahead.pop_front() {
             Some(slot) => Some(slot),
-            None => self.rx.recv().await,
+            None => std::future::poll_fn(|_| self.take_queued()).await,
+        }
+    }
+
+    /// A slot the reader has queued, if any; Ready(None) once the reader has stopped.
+    ///
+    /// Never registers for a wake-up, on purpose: the reader runs in the same task and is
+    /// polled before the writer every time ([`super::session::serve`]), so what it queues is
+    /// seen in the same poll. Waking the task from inside itself, once per request, made tokio
+    /// re-queue it as a yield, which wakes the other worker thread: one thread wake-up and
+    /// about one move between CPUs per request (docs/benchmarks.md, "Produce pass-through
+    /// CPU").
+    fn take_queued(&mut self) -> Poll<Option<Slot>> {
+        match self.rx.try_recv() {
+            Ok(slot) => Poll::Ready(Some(slot)),
+            Err(QueueEmpty::Empty) => Poll::Pending,
+            Err(QueueEmpty::Disconnected) => Poll::Ready(None),
         }
     }
 
@@ -109,7 +125,7 @@ impl Replies<'_> {
 
     /// Takes every slot queued and every answer arrived for them; ready if one arrived.
     fn poll_collect(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        while let Poll::Ready(Some(slot)) = self.rx.poll_recv(cx) {
+        while let Poll::Ready(Some(slot)) = self.take_queued() {
             self.ahead.push_back(slot);
         }
         let mut arrived = false;

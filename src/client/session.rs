@@ -176,7 +176,10 @@ where
     let writer = write_replies(wr, replies, &proxy);
     tokio::pin!(writer);
     let intake = Intake::new(&mut rd, proxy.config.limits.max_frame_bytes, &conn);
+    // Biased, the reader first: the writer takes the reply slots the reader queued in the same
+    // poll, and is not woken for them (`Replies::take_queued`).
     tokio::select! {
+        biased;
         read = read_requests(intake, &mut upstreams, slots, &proxy) => match read {
             Ok(ReadEnd::Closed) => debug!(%peer, "client closed the connection"),
             Ok(ReadEnd::Draining) => match writer.await {
