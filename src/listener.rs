@@ -19,8 +19,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
-use crate::client::{Limits, Target, serve};
-use crate::proxy::Proxy;
+use crate::client::{self, Limits, Target, serve};
 use crate::security::listener_tls::ListenerTls;
 
 /// How long a client may take to complete the TLS handshake.
@@ -31,8 +30,8 @@ const REBIND_AFTER: Duration = Duration::from_secs(5);
 
 /// Binds the bootstrap listener, then keeps one listener per known broker until shutdown
 /// begins.
-pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
-    let listen = &proxy.config.listen;
+pub async fn run(ctx: Arc<dyn client::Context>) -> anyhow::Result<()> {
+    let listen = &ctx.config().listen;
     let bootstrap = TcpListener::bind((listen.bind_host.as_str(), listen.bootstrap_port))
         .await
         .with_context(|| {
@@ -43,32 +42,32 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
         })?;
     let tls = match &listen.tls {
         Some(config) => Some(
-            ListenerTls::new(config, proxy.security.metrics.clone())
+            ListenerTls::new(config, ctx.security().metrics.clone())
                 .map_err(|e| anyhow::anyhow!("listen.tls: {e}"))?,
         ),
         None => None,
     };
     info!(address = %bootstrap.local_addr()?, tls = tls.is_some(), "bootstrap listener ready");
-    let limits = Limits::new(&proxy.config.limits, &proxy.metrics.client_limits);
+    let limits = Limits::new(&ctx.config().limits, &ctx.metrics().client_limits);
     let listening = Listening { tls, limits };
     tokio::spawn(accept(
         bootstrap,
         Target::Bootstrap,
         listening.clone(),
-        proxy.clone(),
+        ctx.clone(),
     ));
 
-    let mut changes = proxy.cluster.subscribe();
+    let mut changes = ctx.cluster().subscribe();
     let mut running: BTreeMap<i32, JoinHandle<()>> = BTreeMap::new();
     loop {
-        if proxy.shutdown.is_draining() {
+        if ctx.shutdown().is_draining() {
             return Ok(()); // every accept loop ends by itself
         }
-        let all_bound = sync_listeners(&proxy, &listening, &mut running).await;
-        proxy.metrics.brokers_known.set(running.len() as f64);
+        let all_bound = sync_listeners(&ctx, &listening, &mut running).await;
+        ctx.metrics().brokers_known.set(running.len() as f64);
         // A failed bind is retried later, or sooner if the cluster changes.
         tokio::select! {
-            _ = proxy.shutdown.draining() => return Ok(()),
+            _ = ctx.shutdown().draining() => return Ok(()),
             changed = changes.changed() => if changed.is_err() {
                 return Ok(());
             },
@@ -80,11 +79,11 @@ pub async fn run(proxy: Arc<Proxy>) -> anyhow::Result<()> {
 /// Starts listeners for new brokers and stops those of departed ones. Returns false if some
 /// broker could not get its listener.
 async fn sync_listeners(
-    proxy: &Arc<Proxy>,
+    ctx: &Arc<dyn client::Context>,
     listening: &Listening,
     running: &mut BTreeMap<i32, JoinHandle<()>>,
 ) -> bool {
-    let wanted = proxy.cluster.node_ids();
+    let wanted = ctx.cluster().node_ids();
     running.retain(|id, task| {
         let keep = wanted.contains(id);
         if !keep {
@@ -97,12 +96,12 @@ async fn sync_listeners(
         keep
     });
     let mut all_bound = true;
-    let host = proxy.config.listen.bind_host.as_str();
+    let host = ctx.config().listen.bind_host.as_str();
     for id in wanted {
         if running.contains_key(&id) {
             continue;
         }
-        let port = proxy.addresses.port(id);
+        let port = ctx.addresses().port(id);
         if port == 0 {
             error!(
                 broker = id,
@@ -119,7 +118,7 @@ async fn sync_listeners(
                         listener,
                         Target::Broker(id),
                         listening.clone(),
-                        proxy.clone(),
+                        ctx.clone(),
                     )),
                 );
             }
@@ -142,12 +141,17 @@ struct Listening {
     limits: Arc<Limits>,
 }
 
-async fn accept(listener: TcpListener, target: Target, listening: Listening, proxy: Arc<Proxy>) {
+async fn accept(
+    listener: TcpListener,
+    target: Target,
+    listening: Listening,
+    ctx: Arc<dyn client::Context>,
+) {
     loop {
         let accepted = tokio::select! {
             biased;
             // Dropping the listener closes its socket: new connections are refused.
-            _ = proxy.shutdown.draining() => return,
+            _ = ctx.shutdown().draining() => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
@@ -157,10 +161,10 @@ async fn accept(listener: TcpListener, target: Target, listening: Listening, pro
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let proxy = proxy.clone();
+                let ctx = ctx.clone();
                 match listening.tls.clone() {
                     None => {
-                        tokio::spawn(serve(stream, target, proxy, conn));
+                        tokio::spawn(serve(stream, target, ctx, conn));
                     }
                     Some(tls) => {
                         let acceptor = tls.acceptor();
@@ -171,17 +175,17 @@ async fn accept(listener: TcpListener, target: Target, listening: Listening, pro
                             )
                             .await
                             {
-                                Ok(Ok(stream)) => serve(stream, target, proxy, conn).await,
+                                Ok(Ok(stream)) => serve(stream, target, ctx, conn).await,
                                 // A bare TCP probe (a health check) closes before saying anything.
                                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                                     debug!(%peer, ?target, "connection closed before the TLS handshake");
                                 }
                                 Ok(Err(e)) => {
-                                    proxy.metrics.tls_handshake_failures.increment(1);
+                                    ctx.metrics().tls_handshake_failures.increment(1);
                                     warn!(%peer, ?target, "TLS handshake failed: {e}");
                                 }
                                 Err(_) => {
-                                    proxy.metrics.tls_handshake_failures.increment(1);
+                                    ctx.metrics().tls_handshake_failures.increment(1);
                                     warn!(%peer, ?target, "TLS handshake timed out");
                                 }
                             }

@@ -7,6 +7,7 @@ use tracing::{info, warn};
 
 use crate::ask::Ask;
 use crate::balance::scores::Scores;
+use crate::client;
 use crate::cluster::{AbsurdCluster, Brokers, ClusterView, fetch_metadata};
 use crate::config::Config;
 use crate::lag::LagStore;
@@ -83,6 +84,16 @@ impl route::Context for Proxy {
 
     fn client_connections(&self) -> &ClientConnections {
         &self.client_connections
+    }
+}
+
+impl client::Context for Proxy {
+    fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    fn lag_store(&self) -> Option<&Arc<LagStore>> {
+        self.lag.as_ref()
     }
 }
 

@@ -2,10 +2,12 @@
 //! at shutdown.
 
 mod authenticated;
+mod context;
 mod intake;
 pub mod limits;
 mod replies;
 mod session;
 
+pub use context::Context;
 pub use limits::{Admitted, Limits};
 pub use session::{Target, serve};

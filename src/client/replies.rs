@@ -19,9 +19,10 @@ use tokio::sync::oneshot::{self, error::TryRecvError};
 
 use super::limits::{Admitted, Limits};
 use super::session::ClientError;
+use crate::metrics::Metrics;
 use crate::protocol::frame::{FrameError, size_prefix};
-use crate::proxy::Proxy;
 use crate::route::Merge;
+use crate::shutdown::Shutdown;
 use crate::upstream::{Reply, UpstreamGone};
 
 /// Largest piece of a reply written at once: a client reading slowly still shows progress.
@@ -159,12 +160,12 @@ impl Replies<'_> {
     async fn wait(
         &mut self,
         reply: &mut oneshot::Receiver<Reply>,
-        proxy: &Proxy,
+        shutdown: &Shutdown,
     ) -> Result<Reply, ClientError> {
         tokio::select! {
             answer = reply => Ok(answer.unwrap_or(Err(UpstreamGone::Unanswered))),
             never = self.collect() => match never {},
-            _ = proxy.shutdown.cut() => Err(ClientError::Cut),
+            _ = shutdown.cut() => Err(ClientError::Cut),
         }
     }
 }
@@ -176,7 +177,8 @@ impl Replies<'_> {
 pub(super) async fn write_replies(
     wr: impl AsyncWrite + Unpin,
     mut replies: Replies<'_>,
-    proxy: &Proxy,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
 ) -> Result<(), ClientError> {
     let conn = replies.conn;
     let mut out = BufWriter::with_capacity(64 * 1024, wr);
@@ -196,7 +198,7 @@ pub(super) async fn write_replies(
                     Err(TryRecvError::Empty) => {
                         // Nothing ready to add: let the client have what is buffered meanwhile.
                         flush(&mut out, &mut replies).await?;
-                        replies.wait(&mut reply, proxy).await?
+                        replies.wait(&mut reply, shutdown).await?
                     }
                 };
                 conn.arrived(answer.as_ref().map_or(0, Bytes::len), reserved);
@@ -209,7 +211,7 @@ pub(super) async fn write_replies(
                 flush(&mut out, &mut replies).await?;
                 let mut answers = Vec::with_capacity(parts.len());
                 for mut part in parts {
-                    answers.push(replies.wait(&mut part, proxy).await?);
+                    answers.push(replies.wait(&mut part, shutdown).await?);
                 }
                 let merged = merge.merge(answers);
                 conn.arrived(merged.len(), reserved);
@@ -224,8 +226,7 @@ pub(super) async fn write_replies(
                 return Err(gone.into());
             }
         };
-        proxy
-            .metrics
+        metrics
             .api(api_key)
             .response_bytes
             .increment(4 + payload.len() as u64);

@@ -23,20 +23,22 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::Context;
 use super::authenticated::ClientAuth;
 use super::intake::Intake;
 use super::limits::{Admitted, Timeout};
 use super::replies::{Pending, Slot, Slots, queue, write_replies};
 use crate::lag::observe::commit_observer;
 use crate::log_every::Every;
+use crate::metrics::Metrics;
 use crate::protocol::frame::FrameError;
 use crate::protocol::header::{Malformed, RequestHead};
-use crate::proxy::Proxy;
 use crate::route::{self, Plan, Split, plan};
 use crate::security::passthrough::{ObserveError, UnsupportedV0};
 use crate::security::permit::WrittenTopics;
 use crate::security::principal::Principal;
 use crate::security::{Identity, Permit, originate};
+use crate::shutdown::Shutdown;
 use crate::upstream::{AnswerHook, Outbound, PendingReply, Upstream, UpstreamGone};
 
 /// Which kroute listener a client connected to.
@@ -51,7 +53,7 @@ pub enum Target {
 /// The upstream connections of one client connection: its own broker's, plus those opened
 /// on demand to other brokers for the parts of split requests.
 struct Upstreams<'a> {
-    proxy: &'a Arc<Proxy>,
+    ctx: &'a Arc<dyn Context>,
     home: Upstream,
     others: HashMap<i32, Upstream>,
 }
@@ -67,12 +69,12 @@ impl Upstreams<'_> {
             return;
         }
         if let Some(principal) = principal {
-            let connections = &self.proxy.client_connections;
+            let connections = &self.ctx.client_connections();
             // None: its connection ended since the plan; dropping `out` fails the part.
             if let Some(injector) = connections.any(principal, node_id)
                 && injector.send(out).await.is_ok()
             {
-                self.proxy.metrics.injected.increment(1);
+                self.ctx.metrics().injected.increment(1);
             }
             return;
         }
@@ -81,19 +83,16 @@ impl Upstreams<'_> {
             self.others.remove(&node_id);
         }
         if !self.others.contains_key(&node_id) {
-            let Some(addr) = self.proxy.cluster.address(node_id) else {
+            let Some(addr) = self.ctx.cluster().address(node_id) else {
                 return;
             };
-            match Upstream::connect(self.proxy.clone(), node_id, &addr, Identity::Kroute).await {
+            match Upstream::connect(self.ctx.clone(), node_id, &addr, Identity::Kroute).await {
                 Ok(u) => {
                     self.others.insert(node_id, u);
                 }
                 Err(e) => {
                     // Keep routed batches away from it for a while; this part fails retriably.
-                    self.proxy
-                        .router
-                        .scores
-                        .unreachable(node_id, Instant::now());
+                    self.ctx.scores().unreachable(node_id, Instant::now());
                     debug!(
                         broker = node_id,
                         "cannot open a connection for a routed part: {e}"
@@ -140,21 +139,21 @@ pub(super) enum ClientError {
 
 /// Serves one client connection until either side closes it, or shutdown closes it. `conn`:
 /// what the connection may hold ([`super::limits`]); dropping it gives the connection back.
-pub async fn serve<S>(stream: S, target: Target, proxy: Arc<Proxy>, conn: Admitted)
+pub async fn serve<S>(stream: S, target: Target, ctx: Arc<dyn Context>, conn: Admitted)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let peer = conn.peer();
-    proxy.metrics.connections_accepted.increment(1);
-    let mut session = proxy.shutdown.session();
-    if proxy.shutdown.is_draining() {
+    ctx.metrics().connections_accepted.increment(1);
+    let mut session = ctx.shutdown().session();
+    if ctx.shutdown().is_draining() {
         return;
     }
 
-    let upstream = match connect_upstream(&proxy, target).await {
+    let upstream = match connect_upstream(&ctx, target).await {
         Ok(u) => u,
         Err(why) => {
-            proxy.metrics.upstream_unavailable.increment(1);
+            ctx.metrics().upstream_unavailable.increment(1);
             // A client retries at once, many times a second: one line per period.
             static NO_UPSTREAM: Every = Every::new();
             if let Some(also) = NO_UPSTREAM.due() {
@@ -165,27 +164,27 @@ where
         }
     };
     let (mut rd, wr) = tokio::io::split(stream);
-    let (slots, replies) = queue(&conn, proxy.config.limits.max_in_flight_per_connection);
+    let (slots, replies) = queue(&conn, ctx.config().limits.max_in_flight_per_connection);
 
     // Owned here, not by the reader: at shutdown the answers still come in after it stopped.
     let mut upstreams = Upstreams {
-        proxy: &proxy,
+        ctx: &ctx,
         home: upstream,
         others: HashMap::new(),
     };
-    let writer = write_replies(wr, replies, &proxy);
+    let writer = write_replies(wr, replies, ctx.metrics(), ctx.shutdown());
     tokio::pin!(writer);
-    let intake = Intake::new(&mut rd, proxy.config.limits.max_frame_bytes, &conn);
+    let intake = Intake::new(&mut rd, ctx.config().limits.max_frame_bytes, &conn);
     // Biased, the reader first: the writer takes the reply slots the reader queued in the same
     // poll, and is not woken for them (`Replies::take_queued`).
     tokio::select! {
         biased;
-        read = read_requests(intake, &mut upstreams, slots, &proxy) => match read {
+        read = read_requests(intake, &mut upstreams, slots, &ctx) => match read {
             Ok(ReadEnd::Closed) => debug!(%peer, "client closed the connection"),
             Ok(ReadEnd::Draining) => match writer.await {
                 Ok(()) => {
                     session.answered();
-                    linger(&mut rd, &proxy).await;
+                    linger(&mut rd, ctx.shutdown()).await;
                     debug!(%peer, "connection drained at shutdown");
                 }
                 Err(ClientError::Cut) => debug!(%peer, "connection cut at the drain timeout"),
@@ -196,7 +195,7 @@ where
             // A reset or other socket error is the client's business, not a protocol problem.
             Err(ClientError::Frame(FrameError::Io(e))) => debug!(%peer, "client connection failed: {e}"),
             Err(e) => {
-                count_protocol_error(&proxy, &e);
+                count_protocol_error(ctx.metrics(), &e);
                 static BAD_CLIENT: Every = Every::new();
                 if let Some(also) = BAD_CLIENT.due() {
                     warn!(%peer, ?target, also_closed = also, "closing client connection: {e}");
@@ -214,7 +213,7 @@ where
 /// After the last answer of a drained connection: reads and drops whatever the client still
 /// sends until it closes (it has seen the end of the connection), for [`LINGER`] at most and
 /// never past the drain timeout.
-async fn linger(rd: &mut (impl AsyncRead + Unpin), proxy: &Proxy) {
+async fn linger(rd: &mut (impl AsyncRead + Unpin), shutdown: &Shutdown) {
     let mut buf = vec![0u8; 16 * 1024];
     let until_closed = async {
         while let Ok(n) = rd.read(&mut buf).await
@@ -224,12 +223,12 @@ async fn linger(rd: &mut (impl AsyncRead + Unpin), proxy: &Proxy) {
     tokio::select! {
         _ = until_closed => {}
         _ = tokio::time::sleep(LINGER) => {}
-        _ = proxy.shutdown.cut() => {}
+        _ = shutdown.cut() => {}
     }
 }
 
-fn count_protocol_error(proxy: &Proxy, e: &ClientError) {
-    let errors = &proxy.metrics.protocol_errors;
+fn count_protocol_error(metrics: &Metrics, e: &ClientError) {
+    let errors = &metrics.protocol_errors;
     match e {
         ClientError::Frame(FrameError::NegativeSize(_)) => errors.negative_size.increment(1),
         ClientError::Frame(FrameError::TooLarge { .. }) => errors.oversize.increment(1),
@@ -244,25 +243,25 @@ fn count_protocol_error(proxy: &Proxy, e: &ClientError) {
 }
 
 /// Opens the upstream connection this client's requests go to.
-async fn connect_upstream(proxy: &Arc<Proxy>, target: Target) -> Result<Upstream, String> {
+async fn connect_upstream(ctx: &Arc<dyn Context>, target: Target) -> Result<Upstream, String> {
     match target {
         Target::Broker(node_id) => {
-            let addr = proxy
-                .cluster
+            let addr = ctx
+                .cluster()
                 .address(node_id)
                 .ok_or_else(|| format!("broker {node_id} is not in the cluster"))?;
-            Upstream::connect(proxy.clone(), node_id, &addr, Identity::Client)
+            Upstream::connect(ctx.clone(), node_id, &addr, Identity::Client)
                 .await
                 .map_err(|e| format!("broker {node_id} at {addr}: {e}"))
         }
         Target::Bootstrap => {
             let mut errors = Vec::new();
-            for addr in proxy
-                .cluster
-                .bootstrap_candidates(&proxy.config.upstream.bootstrap_servers)
+            for addr in ctx
+                .cluster()
+                .bootstrap_candidates(&ctx.config().upstream.bootstrap_servers)
             {
-                let node_id = proxy.cluster.node_id_of(&addr).unwrap_or(-1);
-                match Upstream::connect(proxy.clone(), node_id, &addr, Identity::Client).await {
+                let node_id = ctx.cluster().node_id_of(&addr).unwrap_or(-1);
+                match Upstream::connect(ctx.clone(), node_id, &addr, Identity::Client).await {
                     Ok(u) => return Ok(u),
                     Err(e) => errors.push(format!("{addr}: {e}")),
                 }
@@ -278,18 +277,18 @@ async fn read_requests(
     mut intake: Intake<'_, impl AsyncRead + Unpin>,
     upstreams: &mut Upstreams<'_>,
     slots: Slots<'_>,
-    proxy: &Arc<Proxy>,
+    ctx: &Arc<dyn Context>,
 ) -> Result<ReadEnd, ClientError> {
     let home = upstreams.home.node_id;
-    // The proxy as routing sees it (one pointer per connection, not per request).
-    let route_ctx: Arc<dyn route::Context> = proxy.clone();
+    // The connection's context as routing sees it (one pointer per connection, not per request).
+    let route_ctx: Arc<dyn route::Context> = ctx.clone();
     // What the client's own SASL exchange allows its batches ([`ClientAuth`]).
     let mut auth = ClientAuth::default();
     let limits = slots.limits();
     loop {
         let frame = tokio::select! {
             biased;
-            _ = proxy.shutdown.draining() => return Ok(ReadEnd::Draining),
+            _ = ctx.shutdown().draining() => return Ok(ReadEnd::Draining),
             frame = intake.next() => match frame? {
                 Some(frame) => frame,
                 None => return Ok(ReadEnd::Closed),
@@ -301,7 +300,7 @@ async fn read_requests(
             continue;
         }
         let head = RequestHead::parse(&frame)?;
-        let api = proxy.metrics.api(head.api_key);
+        let api = ctx.metrics().api(head.api_key);
         api.requests.increment(1);
         api.request_bytes.increment(4 + frame.len() as u64);
         let pending =
@@ -313,7 +312,8 @@ async fn read_requests(
         );
         if !sasl_request {
             auth.other_request();
-        } else if let Some(payload) = client_sasl(proxy, &mut auth, &upstreams.home, &head, &frame)?
+        } else if let Some(payload) =
+            client_sasl(ctx.as_ref(), &mut auth, &upstreams.home, &head, &frame)?
         {
             slots
                 .send(answered(head.api_key, request_bytes, payload))
@@ -351,8 +351,8 @@ async fn read_requests(
                 }
                 if head.api() == Some(ApiKey::OffsetCommit)
                     && let Some(observe) = commit_observer(
-                        proxy.lag.as_ref(),
-                        &proxy.metrics.lag,
+                        ctx.lag_store(),
+                        &ctx.metrics().lag,
                         head.api_version,
                         &frame,
                     )
@@ -408,16 +408,16 @@ async fn read_requests(
 /// A SASL request of the client's: refused by kroute itself in originate mode (the answer is
 /// returned), else noted ([`ClientSasl`]) and left to be forwarded.
 fn client_sasl(
-    proxy: &Proxy,
+    ctx: &dyn Context,
     auth: &mut ClientAuth,
     home: &Upstream,
     head: &RequestHead,
     frame: &Bytes,
 ) -> Result<Option<Bytes>, ClientError> {
-    if proxy.security.originates() {
+    if ctx.security().originates() {
         let refusal = originate::refusal(head);
         if refusal.is_some() && head.api() == Some(ApiKey::SaslHandshake) {
-            proxy.security.metrics.client_sasl_refused();
+            ctx.security().metrics.client_sasl_refused();
             warn!(
                 broker = home.node_id,
                 "a client tried SASL, but kroute authenticates upstream itself (upstream.sasl.mode = \"originate\"): refused"
@@ -425,8 +425,8 @@ fn client_sasl(
         }
         return Ok(refusal);
     }
-    let kroute_has_credentials = proxy.security.routes_authenticated_clients();
-    let connections = &proxy.client_connections;
+    let kroute_has_credentials = ctx.security().routes_authenticated_clients();
+    let connections = &ctx.client_connections();
     match auth.observe(home, connections, (head, frame), kroute_has_credentials) {
         Ok(()) => {}
         Err(ObserveError::Malformed(e)) => return Err(e.into()),
