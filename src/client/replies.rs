@@ -110,8 +110,8 @@ impl Replies<'_> {
     /// polled before the writer every time ([`super::session::serve`]), so what it queues is
     /// seen in the same poll. Waking the task from inside itself, once per request, made tokio
     /// re-queue it as a yield, which wakes the other worker thread: one thread wake-up and
-    /// about one move between CPUs per request (docs/benchmarks.md, "Produce pass-through
-    /// CPU").
+    /// about one move between CPUs per request (docs/benchmarks.md, "Wake-ups per request,
+    /// counted").
     fn take_queued(&mut self) -> Poll<Option<Slot>> {
         match self.rx.try_recv() {
             Ok(slot) => Poll::Ready(Some(slot)),

@@ -10,8 +10,8 @@
 //! At shutdown ([`crate::shutdown::Shutdown`]) the reader stops taking requests, the writer
 //! writes every answer still owed and then closes the connection, between two answers; what the
 //! client sent meanwhile is read and dropped until it closes too (closing with unread bytes
-//! would reset the connection under answers it has not read yet). The broker connections stay open until the
-//! last answer is in.
+//! would reset the connection under answers it has not read yet). The broker connections stay
+//! open until the last answer is in.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,7 +69,7 @@ impl Upstreams<'_> {
             return;
         }
         if let Some(principal) = principal {
-            let connections = &self.ctx.client_connections();
+            let connections = self.ctx.client_connections();
             // None: its connection ended since the plan; dropping `out` fails the part.
             if let Some(injector) = connections.any(principal, node_id)
                 && injector.send(out).await.is_ok()
@@ -426,7 +426,7 @@ fn client_sasl(
         return Ok(refusal);
     }
     let kroute_has_credentials = ctx.security().routes_authenticated_clients();
-    let connections = &ctx.client_connections();
+    let connections = ctx.client_connections();
     match auth.observe(home, connections, (head, frame), kroute_has_credentials) {
         Ok(()) => {}
         Err(ObserveError::Malformed(e)) => return Err(e.into()),

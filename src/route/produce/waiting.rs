@@ -246,7 +246,8 @@ fn settle(
 /// Takes from `later` (the waiting batches after `head`, in arrival order) those that can go
 /// out joined behind `head`, numbered on `target` right after it (which starts at `seq`):
 /// movable, joinable (of one codec), of the same topic, epoch and client principal, in their
-/// client partition's order, up to `routing.join_max_bytes` in all. Returns them with their numbers.
+/// client partition's order, up to `routing.join_max_bytes` in all. Returns them with their
+/// numbers.
 fn take_joiners(
     ctx: &dyn Context,
     state: &mut ProducerState,
