@@ -364,7 +364,8 @@ lock_state() {
 }
 
 cmdline() { # PID: its command line, arguments separated (and ended) by spaces; empty if gone
-  tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true
+  # stderr first: redirections apply left to right, and a vanished pid's file fails the read
+  tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" || true
 }
 
 node_pid() { # prints the pid if node N runs (the pid file points at a JVM running N's config)

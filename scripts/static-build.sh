@@ -17,11 +17,18 @@ STATIC_TARGET=x86_64-unknown-linux-gnu
 # build, whose few short runs do not depend on the allocator, without jemalloc's C build (125 s
 # of the 270 s a first build took on 2 cores, docs/benchmarks.md "First run"). The dependencies
 # are the same either way; cargo keeps both builds of kroute's own crate.
+#
+# STATIC_LTO=off builds without the release profile's default link-time optimization within each
+# crate (cargo's "thin local" LTO): the demo's build, 121 s instead of 151 s cold on 2 cores, for
+# a kroute that spends 11% more CPU per forwarded Produce request (83 against 75 us, the shipped
+# build keeps it; docs/benchmarks.md "First run"). Its compiled dependencies differ from the
+# default build's, so a demo and a test run on one machine each compile their own.
 static_build() {
-  local bins=() b features=()
+  local bins=() b features=() lto=()
   for b in "$@"; do bins+=(--bin "$b"); done
   if [ "${STATIC_ALLOCATOR:-jemalloc}" = system ]; then features=(--no-default-features); fi
-  RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
-    CARGO_PROFILE_RELEASE_STRIP=symbols \
+  if [ -n "${STATIC_LTO:-}" ]; then lto=(CARGO_PROFILE_RELEASE_LTO="$STATIC_LTO"); fi
+  env RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
+    CARGO_PROFILE_RELEASE_STRIP=symbols "${lto[@]}" \
     cargo build --quiet --release --target "$STATIC_TARGET" --workspace "${features[@]}" "${bins[@]}"
 }

@@ -34,47 +34,55 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
             ..Default::default()
         }
     }
+    // Each broker's share of the produce bytes of one phase.
     let phase = |count: usize, prefix: &str| {
         let before = produce_bytes(kroute);
         let acked = produce(&kroute.bootstrap, &topic, count, paced(prefix));
-        (acked, share_of_broker_2(before, produce_bytes(kroute)))
+        (acked, shares(before, produce_bytes(kroute)))
     };
-    // Rounds of 1 s until `done` holds of broker 2's share of a round, at most `most`: the
-    // shares walk a bounded step per lease, so a change takes a few seconds to show.
-    let rounds_until = |prefix: &str, most: usize, done: &dyn Fn(f64) -> bool| {
-        let (mut acked, mut shares) = (Vec::new(), Vec::new());
-        while !shares.last().is_some_and(|s| done(*s)) {
+    // Rounds of 1 s until `done` holds of a round's shares, at most `most`: the shares walk a
+    // bounded step per lease, so a change takes a few seconds to show.
+    let rounds_until = |prefix: &str, most: usize, done: &dyn Fn([f64; 3]) -> bool| {
+        let (mut acked, mut rounds) = (Vec::new(), Vec::<[f64; 3]>::new());
+        while !rounds.last().is_some_and(|s| done(*s)) {
             assert!(
-                shares.len() < most,
-                "broker 2's share did not get there within {most} rounds ({prefix}): {shares:.3?}"
+                rounds.len() < most,
+                "broker 2 did not get there within {most} rounds ({prefix}): {rounds:.3?}"
             );
-            let (more, share) = phase(3_000, &format!("{prefix}{}-", shares.len()));
+            let (more, round) = phase(3_000, &format!("{prefix}{}-", rounds.len()));
             acked.extend(more);
-            shares.push(share);
+            rounds.push(round);
         }
-        (acked, shares)
+        (acked, rounds)
     };
+    // Broker 2 is back when it is no longer singled out: it gets at least `part` of what the
+    // less favoured of the other two gets in the same seconds, and more than 0.1 (while slow
+    // it gets 0.01-0.02, the rule's floor; healthy brokers other than the favourite got
+    // 0.13-0.20 in runs of 2026-12-06). Not "its healthy share again": with every broker
+    // healthy, one of the three (which one is chance) takes most of the bytes on this
+    // machine, because the busiest broker answers fastest when four JVMs share 2 cores
+    // (docs/fleet.md, part 4); when broker 2 was that one before its slow spell, another has
+    // taken its place by the time it recovers.
+    let not_singled_out = |s: [f64; 3], part: f64| s[1] > 0.1 && s[1] >= part * s[0].min(s[2]);
 
-    // What broker 2 gets while healthy, in this run: brokers as equal as three on one loaded
-    // machine are not (one answered 25% slower than the others in every phase of some runs,
-    // and so got a fifth of the bytes, not a third). Coming back means back to this.
     SlowBroker::set(0);
-    let (healthy_phase, healthy_share) = phase(15_000, "healthy-");
+    let (healthy_phase, healthy) = phase(15_000, "healthy-");
+    let healthy_share = healthy[1];
     // Broker 2 turns slow: it leaves (a round below half its healthy share within 10 s), then
     // the slow phase.
     SlowBroker::set(SLOW_MS);
-    let (leaving, left) = rounds_until("leave", 10, &|s| s < 0.5 * healthy_share);
-    let (slow_phase, slow_share) = phase(15_000, "slow-");
-    // Broker 2 recovers: it comes back (a round at three quarters of its healthy share, or of
-    // an equal one where it got more, 0.55 in one run, within 20 s), then 5 s more.
+    let (leaving, left) = rounds_until("leave", 10, &|s| s[1] < 0.5 * healthy_share);
+    let (slow_phase, slow) = phase(15_000, "slow-");
+    let slow_share = slow[1];
+    // Broker 2 recovers: it comes back (a round in which it is not singled out, within 20 s),
+    // then 5 s more.
     SlowBroker::set(0);
-    let back = 0.75 * healthy_share.min(1.0 / 3.0);
-    let (warm, rounds) = rounds_until("warm", 20, &|s| s >= back);
-    let (fast_phase, recovered_share) = phase(15_000, "fast-");
+    let (warm, rounds) = rounds_until("warm", 20, &|s| not_singled_out(s, 0.75));
+    let (fast_phase, recovered) = phase(15_000, "fast-");
     eprintln!(
-        "broker 2 share of produce bytes: healthy {healthy_share:.3}, 1 s rounds after it slowed \
-         {left:.3?}, then {slow_share:.3}, 1 s rounds after the recovery {rounds:.3?}, then \
-         {recovered_share:.3}"
+        "shares of produce bytes, brokers 1/2/3: healthy {healthy:.3?}, 1 s rounds after broker 2 \
+         slowed {left:.3?}, then {slow:.3?}, 1 s rounds after its recovery {rounds:.3?}, then \
+         {recovered:.3?}"
     );
 
     // Equal would be 0.33. Shares are noisy on a loaded 2-core machine: the bounds leave room
@@ -84,12 +92,11 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
         "healthy broker 2 got only {healthy_share:.3} of the bytes"
     );
     assert_slow_broker_avoided(slow_share, "librdkafka");
-    // Once a healthy broker slowed, the starved climb holds it near half an equal share
-    // (0.12-0.17 measured, docs/fleet.md): the slow phase is judged by Astraea's bound above,
-    // and coming back by what it had while healthy.
+    // Once a healthy broker slowed, the starved climb brings it back to half an equal share at
+    // once and the equalizing step further if its cost allows (docs/fleet.md).
     assert!(
-        recovered_share > 0.5 * healthy_share.min(1.0 / 3.0) && recovered_share > slow_share,
-        "recovered broker 2 got only {recovered_share:.3} of the bytes (healthy: {healthy_share:.3}, slow: {slow_share:.3})"
+        not_singled_out(recovered, 0.5) && recovered[1] > slow_share,
+        "recovered broker 2 is still singled out: shares {recovered:.3?} (healthy: {healthy:.3?}, slow: {slow:.3?})"
     );
     assert!(kroute.metric("kroute_batches_moved_total", &["from=\"2\""]) > 0.0);
 

@@ -90,13 +90,18 @@ pub fn produce_bytes(k: &Kroute) -> [f64; 3] {
 
 /// Broker 2's share of the produce bytes sent between two readings of [`produce_bytes`].
 pub fn share_of_broker_2(before: [f64; 3], after: [f64; 3]) -> f64 {
-    let d: Vec<f64> = (0..3).map(|i| after[i] - before[i]).collect();
+    shares(before, after)[1]
+}
+
+/// Each broker's share of the produce bytes sent between two readings of [`produce_bytes`].
+pub fn shares(before: [f64; 3], after: [f64; 3]) -> [f64; 3] {
+    let d = [0, 1, 2].map(|i| after[i] - before[i]);
     let total: f64 = d.iter().sum();
     assert!(
         total > 1e6,
         "too little produce traffic through kroute: {d:?}"
     );
-    d[1] / total
+    d.map(|b| b / total)
 }
 
 /// Broker 2's delay in a [`slow_world`].
