@@ -29,10 +29,10 @@
 # cluster already running in relayed mode is used as it is and left running (the demo's topics
 # are deleted); one in direct mode, or one with a broker already slowed or capped, is refused.
 # Files: target/demo/ (each run's producer output, end offsets, kroute's log and metrics).
-# About 90 s with a cluster to start (70 s with one running; 2 cores), once the static build below
+# About 80 s with a cluster to start (65 s with one running; 2 cores), once the static build below
 # is done and Kafka's jars are cached (~/.cache/kroute). The first run on a fresh machine also
-# compiles kroute and fetches the jars meanwhile: 281 s in all on 2 cores, 179 s of it the
-# build (docs/benchmarks.md, "First run").
+# compiles kroute and fetches the jars meanwhile: 212-229 s in all on 2 cores, 133-147 s of it
+# the build (281 s on a slower machine; docs/benchmarks.md, "First run").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records=${1:-60000}
@@ -63,8 +63,8 @@ jars_pid=$!
 # kroute and the relays that slow a broker, in one static release build (scripts/static-build.sh),
 # made to compile fast: with the system allocator (STATIC_ALLOCATOR=system; jemalloc's C build
 # was half of a first run's compile time) and without link-time optimization within each crate
-# (STATIC_LTO=off: 121 s instead of 151 s cold on 2 cores). Neither shows in the demo's result:
-# its runs are bound by the capped broker, not by kroute's CPU (11% more per request without
+# (STATIC_LTO=off: 135 s instead of 162 s cold on 2 cores). Neither shows in the demo's result:
+# its runs are bound by the capped broker, not by kroute's CPU (6-11% more per request without
 # LTO). The image's kroute (scripts/image.sh) keeps jemalloc and LTO.
 # shellcheck source=scripts/static-build.sh
 . scripts/static-build.sh
