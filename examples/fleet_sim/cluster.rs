@@ -10,11 +10,34 @@
 //! network, as the capped relays of the real bench make it), while its replica fetchers work
 //! on at full speed in a queue of their own; with `slow_replicas` the whole broker is slow (a
 //! slow disk): replica writes share its one queue, and every partition it follows answers late.
+//!
+//! With a [`Wake`] cost, a job that finds its queue idle first pays a wake-up that grows with
+//! how long the queue was idle: the threads of a broker sent little sleep and must be woken,
+//! those of a busy one keep running. On the 2-core test machine lone requests to an idle broker
+//! took up to twice as long as to a busy one (docs/fleet.md, part 4); without this the model
+//! has no such effect. The oracle's split ([`oracle_split`]) does not know of it.
 
 /// One broker's queue: the time it becomes idle.
 #[derive(Debug, Clone, Default)]
 struct Queue {
     busy_until: f64,
+}
+
+/// The wake-up a job pays when its queue was idle for `idle` seconds:
+/// `max * (1 - exp(-idle / tau))`. `max` 0: none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wake {
+    pub max: f64,
+    pub tau: f64,
+}
+
+impl Wake {
+    fn after(&self, idle: f64) -> f64 {
+        if self.max <= 0.0 || idle <= 0.0 {
+            return 0.0;
+        }
+        self.max * (1.0 - (-idle / self.tau.max(1e-9)).exp())
+    }
 }
 
 /// The cluster's shape and costs.
@@ -36,6 +59,8 @@ pub struct Shape {
     pub overhead: f64,
     /// Whether a degraded broker's replica writes are slow too.
     pub slow_replicas: bool,
+    /// What an idle queue costs the job that wakes it (leader and replica queues alike).
+    pub wake: Wake,
 }
 
 impl Shape {
@@ -77,8 +102,12 @@ impl Cluster {
 
     /// A job of `seconds` of work at full capacity arriving at `q` at `t`, when the broker
     /// runs at `factor` of its capacity: when it is done.
-    fn serve(q: &mut Queue, t: f64, seconds: f64, factor: f64) -> f64 {
-        let start = q.busy_until.max(t);
+    fn serve(q: &mut Queue, t: f64, seconds: f64, factor: f64, wake: Wake) -> f64 {
+        let start = if t > q.busy_until {
+            t + wake.after(t - q.busy_until)
+        } else {
+            q.busy_until
+        };
         q.busy_until = start + seconds / factor.max(1e-6);
         q.busy_until
     }
@@ -87,7 +116,7 @@ impl Cluster {
     /// written it.
     pub fn lead(&mut self, b: usize, t: f64, bytes: f64, factor: f64) -> f64 {
         let work = self.shape.overhead + bytes / self.shape.capacity;
-        Self::serve(&mut self.front[b], t, work, factor)
+        Self::serve(&mut self.front[b], t, work, factor, self.shape.wake)
     }
 
     /// The followers of `b` fetch the request written at `t`: when the last has written it.
@@ -102,14 +131,14 @@ impl Cluster {
         let work = self.shape.repl_cost * bytes / self.shape.capacity;
         let followers: Vec<usize> = self.shape.followers(b).collect();
         let arrive = t + self.shape.fetch_delay;
-        let slow = self.shape.slow_replicas;
+        let (slow, wake) = (self.shape.slow_replicas, self.shape.wake);
         followers
             .into_iter()
             .map(|f| {
                 if slow {
-                    Self::serve(&mut self.front[f], arrive, work, factor(f))
+                    Self::serve(&mut self.front[f], arrive, work, factor(f), wake)
                 } else {
-                    Self::serve(&mut self.replica[f], arrive, work, 1.0)
+                    Self::serve(&mut self.replica[f], arrive, work, 1.0, wake)
                 }
             })
             .fold(t, f64::max)
