@@ -160,55 +160,62 @@ fn scenario(name: &str) -> Option<Scenario> {
         // 1 MB/s (its capped link also carries the two follower copies out, which the model
         // folds into that capacity), 50/38/20 partitions, 2.7 MB/s offered in 10 KiB requests
         // by a few sidecars: the cluster runs at 90% and queues take long to drain.
-        "bind-all" => Scenario {
-            shape: Shape {
+        "bind-all" => steady(
+            base,
+            Shape {
                 capacity: 1e6,
                 repl_cost: 0.0,
                 ..three_brokers(vec![50, 38, 20])
             },
-            load: 0.9,
-            seconds: 60.0,
-            pattern: Pattern::Fixed(vec![1.0, 1.0, 1.0]),
-            mean_bytes: 10_240.0,
-            ..base
-        },
+            0.9,
+            vec![1.0, 1.0, 1.0],
+        ),
         // Part 2's real bench (bench/fleet.sh), to validate the model against: each broker's
         // link capped at 4/1/4 MB/s, which it shares with the two follower copies it sends, so
         // it leads at most 2/0.5/2 MB/s (the model folds the copies into that capacity, as in
         // `bind-all`); two partitions each; 3 MB/s offered in 10 KiB records.
-        "fleet-bench" => Scenario {
-            shape: Shape {
+        "fleet-bench" => steady(
+            base,
+            Shape {
                 capacity: 2e6,
                 repl_cost: 0.0,
                 ..three_brokers(vec![2, 2, 2])
             },
-            load: 3.0 / 4.5,
-            seconds: 60.0,
-            pattern: Pattern::Fixed(vec![1.0, 0.25, 1.0]),
-            mean_bytes: 10_240.0,
-            ..base
-        },
+            3.0 / 4.5,
+            vec![1.0, 0.25, 1.0],
+        ),
         // The 2-core test machine's idle penalty (docs/fleet.md, part 4), and the load of the
         // librdkafka recovery test: every broker healthy, 3 MB/s in 10 KiB requests (about 100
         // a second per broker), an idle queue's wake-up up to 2 ms (a broker sent little
         // answered in 6-8 ms against a busy one's 4 on that machine). Does a latency-driven
         // rule pile the traffic onto one broker, as kroute does there?
-        "idle-wake" => Scenario {
-            shape: Shape {
+        "idle-wake" => steady(
+            base,
+            Shape {
                 wake: Wake {
                     max: 0.002,
                     tau: 0.01,
                 },
                 ..three_brokers(vec![12, 12, 12])
             },
-            load: 0.032,
-            seconds: 60.0,
-            pattern: Pattern::Fixed(vec![1.0, 1.0, 1.0]),
-            mean_bytes: 10_240.0,
-            ..base
-        },
+            0.032,
+            vec![1.0, 1.0, 1.0],
+        ),
         _ => return None,
     })
+}
+
+/// 60 s of 10 KiB requests at `load`, the brokers at fixed capacity `factors`: the scenarios
+/// that compare the model with a real bench.
+fn steady(base: Scenario, shape: Shape, load: f64, factors: Vec<f64>) -> Scenario {
+    Scenario {
+        shape,
+        load,
+        seconds: 60.0,
+        pattern: Pattern::Fixed(factors),
+        mean_bytes: 10_240.0,
+        ..base
+    }
 }
 
 /// The scenarios of `--all` (and `--list`); `fleet-bench` and `idle-wake` are left out: they
