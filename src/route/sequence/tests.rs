@@ -1859,3 +1859,50 @@ fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
     let later = key(0, 1, 100, 5);
     assert!(!p.remembers_part_of(&later) && !p.remembers(&later));
 }
+
+#[test]
+fn an_appended_part_of_a_divided_batch_answered_with_an_error_is_kept_for_its_retry() {
+    // Batch 100-104 is divided: its keyed part (2 records) stays and is appended, its keyless
+    // part (3) moves and its connection ends, so the client hears that part's error and
+    // retries the whole batch. Meanwhile later batches of the partition fill kroute's memory.
+    let later_batches = |p: &mut Producer| {
+        for i in 0..2 * REMEMBERED_PER_PARTITION as i32 {
+            place_acked(p, &key(0, 0, 105 + 4 * i, 4), 0);
+        }
+    };
+    let whole = key(0, 0, 100, 5);
+    let keyed = BatchKey {
+        records: 2,
+        content: 1,
+        ..whole.clone()
+    };
+    let keyless = BatchKey {
+        base: 102,
+        records: 3,
+        content: 2,
+        ..whole.clone()
+    };
+    let divided_and_cut = |p: &mut Producer| {
+        place_acked(p, &keyed, 0);
+        let seq = place(p, &keyless, 3);
+        assert_eq!(answer(p, &keyless, 3, seq, UNANSWERED), UNANSWERED);
+    };
+
+    let mut p = Producer::default();
+    divided_and_cut(&mut p);
+    p.owes_retry_answer(&keyed);
+    later_batches(&mut p);
+    // The retry: the keyed part is answered from memory, the keyless one resent.
+    assert_eq!(p.lookup(&keyed), Lookup::Acknowledged);
+    assert!(matches!(
+        p.lookup(&keyless),
+        Lookup::Resend { target: 3, .. }
+    ));
+
+    // Not noted as owed, the appended part is forgotten first and its retry would be
+    // numbered afresh: appended twice.
+    let mut p = Producer::default();
+    divided_and_cut(&mut p);
+    later_batches(&mut p);
+    assert_eq!(p.lookup(&keyed), Lookup::Fresh);
+}
