@@ -207,10 +207,10 @@ fn divided_answer(
 }
 
 impl Withhold {
-    /// Turns the successes to withhold in the merged `responses` into REQUEST_TIMED_OUT, and
-    /// keeps the appended part of a divided batch answered with an error until the client's
-    /// retry of it. The producer's lock is taken only if some batch of the request succeeded
-    /// or was divided.
+    /// Turns the successes to withhold in the merged `responses` into REQUEST_TIMED_OUT; keeps
+    /// the appended part of a divided batch answered with an error until the client's retry
+    /// of it; and lets kroute forget a batch once its client is told it succeeded. The
+    /// producer's lock is taken only if some batch of the request succeeded or was divided.
     fn apply(&self, responses: &mut [TopicProduceResponse]) {
         let mut state = None;
         for (topic, batches) in responses.iter_mut().zip(&self.batches) {
@@ -234,6 +234,10 @@ impl Withhold {
                     let index = p.index;
                     *p = no_answer(REQUEST_TIMED_OUT);
                     p.index = index;
+                } else {
+                    for key in batch {
+                        state.sequences.answered(key);
+                    }
                 }
             }
         }

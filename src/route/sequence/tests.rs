@@ -1030,7 +1030,8 @@ fn a_withheld_batch_is_remembered_until_its_retry_is_answered() {
         place_acked(&mut p, &key(0, 0, 5 + i, 1), 1);
     }
     assert_eq!(p.lookup(&b), Lookup::Acknowledged);
-    // Answered now: it may be forgotten.
+    // Answered now (the merged answer tells the client it succeeded): it may be forgotten.
+    p.answered(&b);
     for i in 0..REMEMBERED_PER_PARTITION as i32 {
         place_acked(&mut p, &key(0, 0, 100 + i, 1), 1);
     }
@@ -1892,12 +1893,20 @@ fn an_appended_part_of_a_divided_batch_answered_with_an_error_is_kept_for_its_re
     divided_and_cut(&mut p);
     p.owes_retry_answer(&keyed);
     later_batches(&mut p);
-    // The retry: the keyed part is answered from memory, the keyless one resent.
+    // The retry: the keyed part is answered from memory, the keyless one resent. Until the
+    // client is told the batch succeeded, later batches (a client pipelines them) do not
+    // push the keyed part out, however often the client asks.
     assert_eq!(p.lookup(&keyed), Lookup::Acknowledged);
     assert!(matches!(
         p.lookup(&keyless),
         Lookup::Resend { target: 3, .. }
     ));
+    later_batches(&mut p);
+    assert_eq!(p.lookup(&keyed), Lookup::Acknowledged);
+    // Told success, it owes nothing and is forgotten in turn.
+    p.answered(&keyed);
+    later_batches(&mut p);
+    assert_eq!(p.lookup(&keyed), Lookup::Fresh);
 
     // Not noted as owed, the appended part is forgotten first and its retry would be
     // numbered afresh: appended twice.
