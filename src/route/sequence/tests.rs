@@ -1823,12 +1823,9 @@ fn a_refused_joined_batch_sends_each_member_back_alone_and_stops_joining() {
     assert_eq!(p.join(&b, 0, 2), None, "no more joining in this topic");
 }
 
-/// A batch divided into two parts ([`crate::route::divide`]) is remembered through its parts:
-/// never as the whole batch, so its retry is divided again rather than numbered whole; a
-/// batch numbered whole is remembered whole. Other batches of the partition are neither.
-#[test]
-fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
-    let mut p = Producer::default();
+/// Batch 100-104 of partition 0 and the two parts it is divided into: the keyed records
+/// 100-101 and the keyless ones 102-104.
+fn divided_parts() -> (BatchKey, BatchKey, BatchKey) {
     let whole = key(0, 0, 100, 5);
     let keyed = BatchKey {
         records: 2,
@@ -1841,6 +1838,16 @@ fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
         content: 2,
         ..whole.clone()
     };
+    (whole, keyed, keyless)
+}
+
+/// A batch divided into two parts ([`crate::route::divide`]) is remembered through its parts:
+/// never as the whole batch, so its retry is divided again rather than numbered whole; a
+/// batch numbered whole is remembered whole. Other batches of the partition are neither.
+#[test]
+fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
+    let mut p = Producer::default();
+    let (whole, keyed, keyless) = divided_parts();
     assert!(!p.remembers(&whole) && !p.remembers_part_of(&whole));
     place_acked(&mut p, &keyed, 0);
     assert!(p.remembers_part_of(&whole), "its keyed part");
@@ -1871,18 +1878,7 @@ fn an_appended_part_of_a_divided_batch_answered_with_an_error_is_kept_for_its_re
             place_acked(p, &key(0, 0, 105 + 4 * i, 4), 0);
         }
     };
-    let whole = key(0, 0, 100, 5);
-    let keyed = BatchKey {
-        records: 2,
-        content: 1,
-        ..whole.clone()
-    };
-    let keyless = BatchKey {
-        base: 102,
-        records: 3,
-        content: 2,
-        ..whole.clone()
-    };
+    let (_, keyed, keyless) = divided_parts();
     let divided_and_cut = |p: &mut Producer| {
         place_acked(p, &keyed, 0);
         let seq = place(p, &keyless, 3);
