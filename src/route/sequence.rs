@@ -425,10 +425,10 @@ impl Producer {
         };
         let a = &mut client.recent[i];
         match a.state {
-            // Still owed, if it was: the retry's own answer may be an error (the other part
-            // of a divided batch not done yet), and the client then asks again. The merged
-            // answer clears it when the client is told success (`answered`).
-            State::Acked => Lookup::Acknowledged,
+            State::Acked => {
+                a.owes_answer = false;
+                Lookup::Acknowledged
+            }
             State::Dead => {
                 client.recent.remove(i);
                 client.seen_unnumbered(key);
