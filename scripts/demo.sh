@@ -195,6 +195,7 @@ check_leaders
 rc=0
 wait "$warmup_pid" || rc=$?
 warmup_pid=''
+[ "$rc" = 124 ] || { tail -n 20 "$work/producer-warmup.txt" >&2; die "the warm-up producer failed"; }
 say "  last 5 s: $(grep 'records/sec' "$work/producer-warmup.txt" | tail -n 1 | sed 's/.*(\(.* MB\/sec\)).*/\1/')"
 say "$slow_text (scripts/cluster.sh $slow_kind $slow_broker $slow_value)"
 slowed=1

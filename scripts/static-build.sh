@@ -21,8 +21,8 @@ STATIC_TARGET=x86_64-unknown-linux-gnu
 # STATIC_LTO=off builds without the release profile's default link-time optimization within each
 # crate (cargo's "thin local" LTO): the demo's build, 135 s instead of 162 s cold on 2 cores, for
 # a kroute that spends 6-11% more CPU per forwarded Produce request (bench/produce_cpu.sh; the
-# shipped build keeps LTO; docs/benchmarks.md "First run"). Its compiled dependencies differ from the
-# default build's, so a demo and a test run on one machine each compile their own.
+# shipped build keeps LTO; docs/benchmarks.md "First run"). Its compiled dependencies differ
+# from the default build's, so a demo and a test run on one machine each compile their own.
 static_build() {
   local bins=() b features=() lto=()
   for b in "$@"; do bins+=(--bin "$b"); done
