@@ -279,16 +279,27 @@ impl ClientPartition {
     }
 
     /// Makes room to remember `key`'s new numbers: drops its earlier RETRY attempt, and the
-    /// oldest resolved batch if the memory is full. None if every batch there is unresolved.
+    /// oldest resolved batch that owes its client nothing if the memory is full. Failing that,
+    /// the oldest resolved batch of an older epoch: the client moved on from it and rewrites
+    /// what it still wants into its new epoch at once, so one still unclaimed after a memory's
+    /// worth of newer batches was given up (a client that gives up on a batch bumps its
+    /// epoch). None if every batch there is unresolved or owed in the client's epoch.
     fn make_room(&mut self, key: &BatchKey) -> Option<()> {
         self.recent
             .retain(|a| !(a.state == State::Retry && a.is(key)));
         if self.recent.len() >= REMEMBERED_PER_PARTITION {
-            let resolved = self
+            let resolved = |a: &Assignment| matches!(a.state, State::Acked | State::Dead);
+            let epoch = self.epoch;
+            let forgettable = self
                 .recent
                 .iter()
-                .position(|a| matches!(a.state, State::Acked | State::Dead) && !a.owes_answer)?;
-            self.recent.remove(resolved);
+                .position(|a| resolved(a) && !a.owes_answer)
+                .or_else(|| {
+                    self.recent
+                        .iter()
+                        .position(|a| resolved(a) && a.epoch < epoch)
+                })?;
+            self.recent.remove(forgettable);
         }
         Some(())
     }
@@ -425,10 +436,10 @@ impl Producer {
         };
         let a = &mut client.recent[i];
         match a.state {
-            State::Acked => {
-                a.owes_answer = false;
-                Lookup::Acknowledged
-            }
+            // Still owed, if it was: the retry's own answer may be an error (the other part
+            // of a divided batch not done yet), and the client then asks again. The merged
+            // answer clears it when the client is told success (`answered`).
+            State::Acked => Lookup::Acknowledged,
             State::Dead => {
                 client.recent.remove(i);
                 client.seen_unnumbered(key);

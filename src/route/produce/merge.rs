@@ -207,13 +207,21 @@ fn divided_answer(
 }
 
 impl Withhold {
-    /// Turns the successes to withhold in the merged `responses` into REQUEST_TIMED_OUT. The
-    /// producer's lock is taken only if some batch of the request succeeded.
+    /// Turns the successes to withhold in the merged `responses` into REQUEST_TIMED_OUT; keeps
+    /// the appended part of a divided batch answered with an error until the client's retry
+    /// of it; and lets kroute forget a batch once its client is told it succeeded. The
+    /// producer's lock is taken only if some batch of the request succeeded or was divided.
     fn apply(&self, responses: &mut [TopicProduceResponse]) {
         let mut state = None;
         for (topic, batches) in responses.iter_mut().zip(&self.batches) {
             for (p, batch) in topic.partition_responses.iter_mut().zip(batches) {
                 let succeeded = matches!(p.error_code, NONE | DUPLICATE_SEQUENCE_NUMBER);
+                if !succeeded && batch.len() > 1 {
+                    let state = state.get_or_insert_with(|| self.owner.lock());
+                    for key in batch {
+                        state.sequences.owes_retry_answer(key);
+                    }
+                }
                 if !succeeded || batch.is_empty() {
                     continue;
                 }
@@ -226,6 +234,10 @@ impl Withhold {
                     let index = p.index;
                     *p = no_answer(REQUEST_TIMED_OUT);
                     p.index = index;
+                } else {
+                    for key in batch {
+                        state.sequences.answered(key);
+                    }
                 }
             }
         }

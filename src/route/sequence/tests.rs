@@ -1030,7 +1030,8 @@ fn a_withheld_batch_is_remembered_until_its_retry_is_answered() {
         place_acked(&mut p, &key(0, 0, 5 + i, 1), 1);
     }
     assert_eq!(p.lookup(&b), Lookup::Acknowledged);
-    // Answered now: it may be forgotten.
+    // Answered now (the merged answer tells the client it succeeded): it may be forgotten.
+    p.answered(&b);
     for i in 0..REMEMBERED_PER_PARTITION as i32 {
         place_acked(&mut p, &key(0, 0, 100 + i, 1), 1);
     }
@@ -1822,12 +1823,9 @@ fn a_refused_joined_batch_sends_each_member_back_alone_and_stops_joining() {
     assert_eq!(p.join(&b, 0, 2), None, "no more joining in this topic");
 }
 
-/// A batch divided into two parts ([`crate::route::divide`]) is remembered through its parts:
-/// never as the whole batch, so its retry is divided again rather than numbered whole; a
-/// batch numbered whole is remembered whole. Other batches of the partition are neither.
-#[test]
-fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
-    let mut p = Producer::default();
+/// Batch 100-104 of partition 0 and the two parts it is divided into: the keyed records
+/// 100-101 and the keyless ones 102-104.
+fn divided_parts() -> (BatchKey, BatchKey, BatchKey) {
     let whole = key(0, 0, 100, 5);
     let keyed = BatchKey {
         records: 2,
@@ -1840,6 +1838,16 @@ fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
         content: 2,
         ..whole.clone()
     };
+    (whole, keyed, keyless)
+}
+
+/// A batch divided into two parts ([`crate::route::divide`]) is remembered through its parts:
+/// never as the whole batch, so its retry is divided again rather than numbered whole; a
+/// batch numbered whole is remembered whole. Other batches of the partition are neither.
+#[test]
+fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
+    let mut p = Producer::default();
+    let (whole, keyed, keyless) = divided_parts();
     assert!(!p.remembers(&whole) && !p.remembers_part_of(&whole));
     place_acked(&mut p, &keyed, 0);
     assert!(p.remembers_part_of(&whole), "its keyed part");
@@ -1858,4 +1866,77 @@ fn a_divided_batch_is_remembered_by_its_parts_and_a_whole_one_whole() {
     // Another epoch's batch at the same numbers is not this one.
     let later = key(0, 1, 100, 5);
     assert!(!p.remembers_part_of(&later) && !p.remembers(&later));
+}
+
+#[test]
+fn an_appended_part_of_a_divided_batch_answered_with_an_error_is_kept_for_its_retry() {
+    // Batch 100-104 is divided: its keyed part (2 records) stays and is appended, its keyless
+    // part (3) moves and its connection ends, so the client hears that part's error and
+    // retries the whole batch. Meanwhile later batches of the partition fill kroute's memory.
+    let later_batches = |p: &mut Producer| {
+        for i in 0..2 * REMEMBERED_PER_PARTITION as i32 {
+            place_acked(p, &key(0, 0, 105 + 4 * i, 4), 0);
+        }
+    };
+    let (_, keyed, keyless) = divided_parts();
+    let divided_and_cut = |p: &mut Producer| {
+        place_acked(p, &keyed, 0);
+        let seq = place(p, &keyless, 3);
+        assert_eq!(answer(p, &keyless, 3, seq, UNANSWERED), UNANSWERED);
+    };
+
+    let mut p = Producer::default();
+    divided_and_cut(&mut p);
+    p.owes_retry_answer(&keyed);
+    later_batches(&mut p);
+    // The retry: the keyed part is answered from memory, the keyless one resent. Until the
+    // client is told the batch succeeded, later batches (a client pipelines them) do not
+    // push the keyed part out, however often the client asks.
+    assert_eq!(p.lookup(&keyed), Lookup::Acknowledged);
+    assert!(matches!(
+        p.lookup(&keyless),
+        Lookup::Resend { target: 3, .. }
+    ));
+    later_batches(&mut p);
+    assert_eq!(p.lookup(&keyed), Lookup::Acknowledged);
+    // Told success, it owes nothing and is forgotten in turn.
+    p.answered(&keyed);
+    later_batches(&mut p);
+    assert_eq!(p.lookup(&keyed), Lookup::Fresh);
+
+    // Not noted as owed, the appended part is forgotten first and its retry would be
+    // numbered afresh: appended twice.
+    let mut p = Producer::default();
+    divided_and_cut(&mut p);
+    later_batches(&mut p);
+    assert_eq!(p.lookup(&keyed), Lookup::Fresh);
+}
+
+#[test]
+fn batches_owed_in_an_older_epoch_give_way_when_the_memory_is_full() {
+    // Epoch 0: a memory's worth of appended batches, each withheld (owed to its client).
+    let mut p = Producer::default();
+    let full = REMEMBERED_PER_PARTITION as i32;
+    for i in 0..full {
+        let k = key(0, 0, i, 1);
+        place_acked(&mut p, &k, 0);
+        p.owes_retry_answer(&k);
+    }
+    // In its own epoch the client will ask for each of them: nothing more is numbered.
+    let next = key(0, 0, full, 1);
+    assert_eq!(p.lookup(&next), Lookup::Fresh);
+    assert_eq!(
+        p.assign(&next, 1),
+        None,
+        "owed batches are never forgotten in their epoch"
+    );
+    // The client gave up on them and moved to epoch 1 (sequences from 0 on another lane):
+    // the oldest owed batch of epoch 0 makes room, the others are still known.
+    place_acked(&mut p, &key(0, 1, 0, 1), 2);
+    assert_eq!(p.lookup(&key(0, 0, 0, 1)), Lookup::Fresh, "forgotten");
+    assert_eq!(
+        p.lookup(&key(0, 0, 1, 1)),
+        Lookup::Acknowledged,
+        "still known"
+    );
 }

@@ -40,4 +40,33 @@ impl Producer {
         }
         true
     }
+
+    /// Notes that the client hears an error for a batch of which `key` is a part the broker
+    /// appended: a divided batch whose moved part failed is answered with that part's error,
+    /// and the client retries the whole batch. That part must then be kept until its retry is
+    /// answered from memory, as a withheld success is: forgotten (a client partition keeps
+    /// its last 16 batches, and an appended one that owes nothing goes first), the retry would
+    /// be numbered afresh and its records appended twice.
+    pub fn owes_retry_answer(&mut self, key: &BatchKey) {
+        self.set_owed(key, true);
+    }
+
+    /// Notes that the client is told its batch `key` (or the batch `key` is a part of)
+    /// succeeded: an appended batch owes it nothing more, and may be forgotten.
+    pub fn answered(&mut self, key: &BatchKey) {
+        self.set_owed(key, false);
+    }
+
+    fn set_owed(&mut self, key: &BatchKey, owed: bool) {
+        let Some(client) = self.clients.get_mut(&(key.topic.clone(), key.partition)) else {
+            return;
+        };
+        if let Some(a) = client
+            .recent
+            .iter_mut()
+            .find(|a| a.is(key) && a.state == State::Acked)
+        {
+            a.owes_answer = owed;
+        }
+    }
 }
