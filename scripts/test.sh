@@ -64,7 +64,11 @@ lap "Java and Go test clients"
 # Every test binary runs even when one fails (--no-fail-fast), so a run shows every failure at
 # once; the command still fails then, after the fuzz smoke.
 tests_ok=1
-cargo test --workspace --all-targets --no-fail-fast "$@" || tests_ok=0
+# Its output is kept too: a failing run repeats each failure's message at its very end, where a
+# CI log that shows only its last lines still has them.
+cargo_log=target/test-output.log
+mkdir -p target
+cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$cargo_log" || tests_ok=0
 lap "cargo test"
 
 # The compatibility set (scripts/matrix.sh) on one old ZooKeeper version as well, so that a
@@ -91,6 +95,16 @@ if [ $# -eq 0 ]; then
   lap "fuzz smoke"
 fi
 if [ "$tests_ok" = 0 ]; then
+  # Each failing test's header ("---- name stdout ----") and its own last 30 lines (kroute's log
+  # lines left out), which end with its panic message.
+  if grep -q '^---- ' "$cargo_log"; then
+    echo "test.sh: the failures, repeated from $cargo_log:" >&2
+    awk 'function flush() { for (i = (n > 30 ? n - 30 : 0); i < n; i++) print buf[i % 30]; n = 0 }
+      /^---- / { flush(); print; show = 1; next }
+      /^failures:$/ { flush(); show = 0 }
+      show && !/^\[kroute\]/ { buf[n % 30] = $0; n++ }
+      END { flush() }' "$cargo_log" >&2
+  fi
   echo "test.sh: some tests failed (cargo test's summary above names them)" >&2
   exit 1
 fi
