@@ -192,8 +192,18 @@ fn librdkafka_idempotent_batches_move_and_nothing_is_lost_while_leaders_move() {
         moves += 1;
     }
     assert!(moves >= 2, "only {moves} leader moves while producing");
-    // Any record librdkafka failed (or a fatal idempotence error) fails the producer thread.
-    let acked = producer.join().expect("every record delivered");
+    // Any record librdkafka failed (or a fatal idempotence error) fails the producer thread;
+    // kroute's counters of the producer's batches then say what kroute did meanwhile.
+    let acked = producer.join().unwrap_or_else(|_| {
+        let text = kroute.metrics();
+        let counters = text
+            .lines()
+            .filter(|l| l.starts_with("kroute_idempotent") || l.starts_with("kroute_upstream_"));
+        panic!(
+            "a record was not delivered ({moves} leader moves); kroute:\n{}",
+            counters.collect::<Vec<_>>().join("\n")
+        )
+    });
     assert_moved_off_broker_2(kroute, before, "idempotent librdkafka");
     let retried = outcome(kroute, "resent") + outcome(kroute, "answered_from_memory");
     eprintln!(
