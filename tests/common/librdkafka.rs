@@ -122,12 +122,29 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
             pending.push((id, key, delivery));
         }
         let mut acked = Vec::with_capacity(count);
+        // Every failure is gathered before failing: how many records failed, and which, tells
+        // a stall of one batch from one of a whole partition.
+        let mut failed: Vec<(String, String)> = Vec::new();
         for (id, key, delivery) in pending {
-            let partition = match delivery.await.expect("delivery") {
-                Ok(d) => d.partition,
-                Err((e, _)) => panic!("record {id} failed: {e}"),
-            };
-            acked.push(Acked { id, key, partition });
+            match delivery.await.expect("delivery") {
+                Ok(d) => acked.push(Acked {
+                    id,
+                    key,
+                    partition: d.partition,
+                }),
+                Err((e, _)) => failed.push((id, e.to_string())),
+            }
+        }
+        if let (Some(first), Some(last)) = (failed.first(), failed.last()) {
+            panic!(
+                "{} of {count} records failed after {:.1} s, the first {} ({}), the last {} ({})",
+                failed.len(),
+                start.elapsed().as_secs_f64(),
+                first.0,
+                first.1,
+                last.0,
+                last.1
+            );
         }
         acked
     })
