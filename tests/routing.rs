@@ -91,7 +91,7 @@ fn librdkafka_keyless_bytes_leave_a_slow_broker_and_come_back() {
         healthy_share > 0.12,
         "healthy broker 2 got only {healthy_share:.3} of the bytes"
     );
-    assert_slow_broker_avoided(slow_share, "librdkafka");
+    assert_slow_broker_avoided(kroute, slow_share, "librdkafka");
     // Once a healthy broker slowed, the starved climb brings it back to half an equal share at
     // once and the equalizing step further if its cost allows (docs/fleet.md).
     assert!(
@@ -131,7 +131,7 @@ fn java_non_idempotent_keyless_producer_avoids_the_slow_broker() {
         ],
     );
     let share = share_of_broker_2(before, produce_bytes(kroute));
-    assert_slow_broker_avoided(share, "Java");
+    assert_slow_broker_avoided(kroute, share, "Java");
     assert_eq!(run.count("errors"), 0);
 
     let acked = run.acks();

@@ -488,7 +488,7 @@ fn an_authenticated_default_producer_moves_off_a_slow_broker_under_its_own_ident
         let acked = run.acks();
         assert_eq!(acked.len().to_string(), count, "{mechanism}");
         let share = share_of_broker_2(before, produce_bytes(kroute));
-        assert_slow_broker_avoided(share, &format!("Java with {mechanism}"));
+        assert_slow_broker_avoided(kroute, share, &format!("Java with {mechanism}"));
         // Moved batches went out on alice's own connections: kroute opened none for them.
         assert!(
             kroute.metric("kroute_injected_requests_total", &[]) > injected,
