@@ -95,14 +95,16 @@ if [ $# -eq 0 ]; then
   lap "fuzz smoke"
 fi
 if [ "$tests_ok" = 0 ]; then
-  # Each failing test's header ("---- name stdout ----") and its own last 30 lines (kroute's log
-  # lines left out), which end with its panic message.
+  # Each failing test's header ("---- name stdout ----") and its own last 30 lines, which end
+  # with its panic message: kroute's log lines and backtrace frames (RUST_BACKTRACE) left out,
+  # or a backtrace would fill the 30.
   if grep -q '^---- ' "$cargo_log"; then
     echo "test.sh: the failures, repeated from $cargo_log:" >&2
     awk 'function flush() { for (i = (n > 30 ? n - 30 : 0); i < n; i++) print buf[i % 30]; n = 0 }
       /^---- / { flush(); print; show = 1; next }
       /^failures:$/ { flush(); show = 0 }
-      show && !/^\[kroute\]/ { buf[n % 30] = $0; n++ }
+      /^\[kroute\]|^ +[0-9]+: |^ +at |^stack backtrace:$|^note: Some details/ { next }
+      show { buf[n % 30] = $0; n++ }
       END { flush() }' "$cargo_log" >&2
   fi
   echo "test.sh: some tests failed (cargo test's summary above names them)" >&2

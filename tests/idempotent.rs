@@ -194,13 +194,16 @@ fn librdkafka_idempotent_batches_move_and_nothing_is_lost_while_leaders_move() {
     assert!(moves >= 2, "only {moves} leader moves while producing");
     // Any record librdkafka failed (or a fatal idempotence error) fails the producer thread;
     // kroute's counters of the producer's batches then say what kroute did meanwhile.
-    let acked = producer.join().unwrap_or_else(|_| {
+    let acked = producer.join().unwrap_or_else(|failure| {
+        let why = failure
+            .downcast_ref::<String>()
+            .map_or("(no message)", String::as_str);
         let text = kroute.metrics();
         let counters = text
             .lines()
             .filter(|l| l.starts_with("kroute_idempotent") || l.starts_with("kroute_upstream_"));
         panic!(
-            "a record was not delivered ({moves} leader moves); kroute:\n{}",
+            "{why} ({moves} leader moves); kroute:\n{}",
             counters.collect::<Vec<_>>().join("\n")
         )
     });
