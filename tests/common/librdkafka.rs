@@ -4,11 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::unique;
 
@@ -38,6 +41,10 @@ pub struct Produce<'a> {
     pub idempotent: bool,
     /// More client configuration (e.g. security).
     pub config: &'a [(&'a str, &'a str)],
+    /// librdkafka's `debug` contexts to record (e.g. "eos,msg,protocol"); "": none. When
+    /// records fail, the whole log is written to a file and its lines about timeouts and
+    /// retries go into the failure's message: what the client saw, in its own words.
+    pub debug: &'a str,
 }
 
 impl Default for Produce<'_> {
@@ -51,7 +58,78 @@ impl Default for Produce<'_> {
             partition: None,
             idempotent: false,
             config: &[],
+            debug: "",
         }
+    }
+}
+
+/// Keeps librdkafka's log lines (at most [`Recorder::MAX_LINES`]), stamped with the seconds
+/// since the producer was made.
+struct Recorder {
+    start: Instant,
+    lines: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    const MAX_LINES: usize = 400_000;
+
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            lines: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl ClientContext for Recorder {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() < Self::MAX_LINES {
+            let at = self.start.elapsed().as_secs_f64();
+            lines.push(format!("{at:9.3} {level:?} {fac} {message}"));
+        }
+    }
+}
+
+/// What librdkafka's log says of failures: written whole to a file, its lines about timeouts,
+/// retries and idempotence resets (the last 24) returned for a failure's message.
+fn log_excerpt(recorder: &Recorder, prefix: &str) -> String {
+    let lines = recorder.lines();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("librdkafka-{prefix}{}.log", std::process::id()));
+    let saved = match std::fs::write(&path, lines.join("\n")) {
+        Ok(()) => format!(
+            "librdkafka's log ({} lines): {}",
+            lines.len(),
+            path.display()
+        ),
+        Err(e) => format!("librdkafka's log not saved: {e}"),
+    };
+    let telling = [
+        "imed out", "TIMEOUT", "REQTMOUT", "etry", "DRAIN", "BUMP", "Err", "FATAL",
+    ];
+    let picked: Vec<&String> = lines
+        .iter()
+        .filter(|l| telling.iter().any(|t| l.contains(t)))
+        .collect();
+    let tail = &picked[picked.len().saturating_sub(24)..];
+    let tail: Vec<&str> = tail.iter().map(|l| l.as_str()).collect();
+    format!("{saved}\n{}", tail.join("\n"))
+}
+
+/// The producer's context: shares the recorder with [`produce`], which reads it on failure.
+struct ArcRecorder(std::sync::Arc<Recorder>);
+
+impl ClientContext for ArcRecorder {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        self.0.log(level, fac, message);
     }
 }
 
@@ -70,7 +148,13 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
     for (k, v) in how.config {
         config.set(*k, *v);
     }
-    let producer: FutureProducer = config
+    if !how.debug.is_empty() {
+        config
+            .set("debug", how.debug)
+            .set_log_level(RDKafkaLogLevel::Debug);
+    }
+    let recorder = std::sync::Arc::new(Recorder::new());
+    let producer: FutureProducer<ArcRecorder> = config
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "5")
@@ -80,7 +164,7 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
             "enable.idempotence",
             if how.idempotent { "true" } else { "false" },
         )
-        .create()
+        .create_with_context(ArcRecorder(recorder.clone()))
         .expect("rdkafka producer");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -137,13 +221,14 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
         }
         if let (Some(first), Some(last)) = (failed.first(), failed.last()) {
             panic!(
-                "{} of {count} records failed after {:.1} s, the first {} ({}), the last {} ({})",
+                "{} of {count} records failed after {:.1} s, the first {} ({}), the last {} ({})\n{}",
                 failed.len(),
                 start.elapsed().as_secs_f64(),
                 first.0,
                 first.1,
                 last.0,
-                last.1
+                last.1,
+                log_excerpt(&recorder, how.prefix)
             );
         }
         acked
