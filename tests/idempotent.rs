@@ -174,18 +174,27 @@ fn librdkafka_idempotent_batches_move_and_nothing_is_lost_while_leaders_move() {
     let producer = std::thread::spawn(move || {
         let how = Produce {
             prefix: "rc-",
-            per_second: Some(1500),
-            // One client partition: its batches go out on several lanes at once, so an
-            // earlier one can fail where a later one succeeds.
+            // One client partition, one record a batch: librdkafka's idempotent producer keeps
+            // at most 5 *records* of a partition in flight (librdkafka 2.12 compares its
+            // records in flight with the 5 requests Kafka deduplicates), so batches of one
+            // are the way to have 5 batches in flight at once. They go out on several lanes,
+            // and an earlier one can fail where a later one succeeds.
             partition: Some(0),
-            // Small batches: many in flight at once.
-            config: &[("batch.num.messages", "20")],
+            config: &[("batch.num.messages", "1")],
+            // 5 records a round trip (about 100 ms here, while leaders move) carry 40-50 a
+            // second: 30 a second keeps the client's queue short, so a record waits about a
+            // round trip and a few retries, far from the 60 s message timeout. (At 1,500 a
+            // second in batches of 20, one batch in flight, the queue grew to 12,000 records,
+            // the last delivered 40-50 s after they were sent: on a busy machine some timed
+            // out.) 3 KB values make the 1 MB the share of broker 2 is judged on.
+            per_second: Some(30),
+            value_bytes: 3000,
             idempotent: true,
             // A record that times out fails the test with librdkafka's own account of it.
             debug: "eos,msg,protocol,broker",
             ..Default::default()
         };
-        produce(&bootstrap, &name, 15_000, how)
+        produce(&bootstrap, &name, 450, how)
     });
     // Leaders move while batches are in flight, until the producer is done.
     let mut moves = 0;

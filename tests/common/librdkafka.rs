@@ -41,6 +41,8 @@ pub struct Produce<'a> {
     pub idempotent: bool,
     /// More client configuration (e.g. security).
     pub config: &'a [(&'a str, &'a str)],
+    /// Bytes of padding in each record's value after its id (1000: records of about 1 KiB).
+    pub value_bytes: usize,
     /// librdkafka's `debug` contexts to record (e.g. "eos,msg,protocol"); "": none. When
     /// records fail, the whole log is written to a file and its lines about timeouts and
     /// retries go into the failure's message: what the client saw, in its own words.
@@ -58,6 +60,7 @@ impl Default for Produce<'_> {
             partition: None,
             idempotent: false,
             config: &[],
+            value_bytes: 1000,
             debug: "",
         }
     }
@@ -141,7 +144,7 @@ pub struct Acked {
     pub partition: i32,
 }
 
-/// Produces `count` records of about 1 KiB (value = `<id> vvv...`) with acks=all and waits for
+/// Produces `count` records of about 1 KiB (value = `<id> vvv...`, see [`Produce::value_bytes`]) with acks=all and waits for
 /// every acknowledgement; panics on any failure.
 pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<Acked> {
     let mut config = ClientConfig::new();
@@ -168,7 +171,7 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
         .expect("rdkafka producer");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let pad = "v".repeat(1000);
+        let pad = "v".repeat(how.value_bytes);
         // Pacing: each record at its due time (the timer's millisecond releases a few at
         // once), or `bursts` times a second. In 20 bursts a second each burst is one request
         // to one broker, and a broker's share of a second is 20 coin tosses.
@@ -230,6 +233,10 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
                 last.1,
                 log_excerpt(&recorder, how.prefix)
             );
+        }
+        // Kept after a success too: a batch that came close to its deadline is worth a look.
+        if !how.debug.is_empty() {
+            log_excerpt(&recorder, how.prefix);
         }
         acked
     })
