@@ -2,9 +2,8 @@
 //! everything back, check exactly-once.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use std::sync::Mutex;
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -67,10 +66,12 @@ impl Default for Produce<'_> {
 }
 
 /// Keeps librdkafka's log lines (at most [`Recorder::MAX_LINES`]), stamped with the seconds
-/// since the producer was made.
+/// since the producer was made. It is the producer's context; its clones share the lines, so
+/// [`produce`] keeps one to read them after a failure.
+#[derive(Clone)]
 struct Recorder {
     start: Instant,
-    lines: Mutex<Vec<String>>,
+    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Recorder {
@@ -79,12 +80,46 @@ impl Recorder {
     fn new() -> Self {
         Self {
             start: Instant::now(),
-            lines: Mutex::new(Vec::new()),
+            lines: Arc::default(),
         }
     }
 
     fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Writes `lines` whole to `target/tmp/librdkafka-<prefix><pid>.log`; says where, or why not.
+    fn save(lines: &[String], prefix: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("librdkafka-{prefix}{}.log", std::process::id()));
+        match std::fs::write(&path, lines.join("\n")) {
+            Ok(()) => format!(
+                "librdkafka's log ({} lines): {}",
+                lines.len(),
+                path.display()
+            ),
+            Err(e) => format!("librdkafka's log not saved: {e}"),
+        }
+    }
+
+    /// What the log says of failures: saved whole, its lines about timeouts, retries and
+    /// idempotence resets (the last 24) returned for a failure's message.
+    fn excerpt(&self, prefix: &str) -> String {
+        let lines = self.lines();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let saved = Self::save(&lines, prefix);
+        let telling = [
+            "imed out", "TIMEOUT", "REQTMOUT", "etry", "DRAIN", "BUMP", "Err", "FATAL",
+        ];
+        let picked: Vec<&str> = lines
+            .iter()
+            .filter(|l| telling.iter().any(|t| l.contains(t)))
+            .map(String::as_str)
+            .collect();
+        let tail = &picked[picked.len().saturating_sub(24)..];
+        format!("{saved}\n{}", tail.join("\n"))
     }
 }
 
@@ -98,44 +133,6 @@ impl ClientContext for Recorder {
     }
 }
 
-/// What librdkafka's log says of failures: written whole to a file, its lines about timeouts,
-/// retries and idempotence resets (the last 24) returned for a failure's message.
-fn log_excerpt(recorder: &Recorder, prefix: &str) -> String {
-    let lines = recorder.lines();
-    if lines.is_empty() {
-        return String::new();
-    }
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("librdkafka-{prefix}{}.log", std::process::id()));
-    let saved = match std::fs::write(&path, lines.join("\n")) {
-        Ok(()) => format!(
-            "librdkafka's log ({} lines): {}",
-            lines.len(),
-            path.display()
-        ),
-        Err(e) => format!("librdkafka's log not saved: {e}"),
-    };
-    let telling = [
-        "imed out", "TIMEOUT", "REQTMOUT", "etry", "DRAIN", "BUMP", "Err", "FATAL",
-    ];
-    let picked: Vec<&String> = lines
-        .iter()
-        .filter(|l| telling.iter().any(|t| l.contains(t)))
-        .collect();
-    let tail = &picked[picked.len().saturating_sub(24)..];
-    let tail: Vec<&str> = tail.iter().map(|l| l.as_str()).collect();
-    format!("{saved}\n{}", tail.join("\n"))
-}
-
-/// The producer's context: shares the recorder with [`produce`], which reads it on failure.
-struct ArcRecorder(std::sync::Arc<Recorder>);
-
-impl ClientContext for ArcRecorder {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        self.0.log(level, fac, message);
-    }
-}
-
 /// One acknowledged record.
 #[derive(Debug, Clone)]
 pub struct Acked {
@@ -144,8 +141,8 @@ pub struct Acked {
     pub partition: i32,
 }
 
-/// Produces `count` records of about 1 KiB (value = `<id> vvv...`, see [`Produce::value_bytes`]) with acks=all and waits for
-/// every acknowledgement; panics on any failure.
+/// Produces `count` records (value = `<id> vvv...`, see [`Produce::value_bytes`]) with
+/// acks=all and waits for every acknowledgement; panics on any failure.
 pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<Acked> {
     let mut config = ClientConfig::new();
     for (k, v) in how.config {
@@ -156,8 +153,8 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
             .set("debug", how.debug)
             .set_log_level(RDKafkaLogLevel::Debug);
     }
-    let recorder = std::sync::Arc::new(Recorder::new());
-    let producer: FutureProducer<ArcRecorder> = config
+    let recorder = Recorder::new();
+    let producer: FutureProducer<Recorder> = config
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "5")
@@ -167,7 +164,7 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
             "enable.idempotence",
             if how.idempotent { "true" } else { "false" },
         )
-        .create_with_context(ArcRecorder(recorder.clone()))
+        .create_with_context(recorder.clone())
         .expect("rdkafka producer");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -231,12 +228,12 @@ pub fn produce(bootstrap: &str, topic: &str, count: usize, how: Produce) -> Vec<
                 first.1,
                 last.0,
                 last.1,
-                log_excerpt(&recorder, how.prefix)
+                recorder.excerpt(how.prefix)
             );
         }
         // Kept after a success too: a batch that came close to its deadline is worth a look.
         if !how.debug.is_empty() {
-            log_excerpt(&recorder, how.prefix);
+            Recorder::save(&recorder.lines(), how.prefix);
         }
         acked
     })
