@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use tokio::sync::{Notify, watch};
@@ -36,21 +37,75 @@ pub type SeenBroker = (i32, String, i32);
 pub struct TopicLayout {
     /// (partition, leader node id or -1), ascending by partition.
     partitions: Vec<(i32, i32)>,
+    /// Each partition's leader epoch (KIP-320; -1 if the answer carried none), in the same
+    /// order.
+    epochs: Vec<i32>,
     /// Brokers that lead at least one partition, ascending.
     leaders: Vec<i32>,
 }
 
 impl TopicLayout {
+    /// A layout from (partition, leader) pairs, without leader epochs.
     pub fn new(partitions: impl IntoIterator<Item = (i32, i32)>) -> Self {
-        let mut partitions: Vec<(i32, i32)> = partitions.into_iter().collect();
-        partitions.sort_unstable();
-        let mut leaders: Vec<i32> = partitions.iter().map(|p| p.1).filter(|l| *l >= 0).collect();
+        Self::with_epochs(partitions.into_iter().map(|(p, l)| (p, l, -1)))
+    }
+
+    /// A layout from (partition, leader, leader epoch) triples.
+    pub fn with_epochs(partitions: impl IntoIterator<Item = (i32, i32, i32)>) -> Self {
+        let mut all: Vec<(i32, i32, i32)> = partitions.into_iter().collect();
+        all.sort_unstable();
+        all.dedup_by_key(|p| p.0);
+        let mut leaders: Vec<i32> = all.iter().map(|p| p.1).filter(|l| *l >= 0).collect();
         leaders.sort_unstable();
         leaders.dedup();
         Self {
-            partitions,
+            partitions: all.iter().map(|p| (p.0, p.1)).collect(),
+            epochs: all.iter().map(|p| p.2).collect(),
             leaders,
         }
+    }
+
+    /// This layout with `partition` led by `leader` from `epoch` on, if that is later than
+    /// what it knows (None otherwise, or if it has no such partition).
+    fn with_leader(&self, partition: i32, leader: i32, epoch: i32) -> Option<TopicLayout> {
+        let i = self
+            .partitions
+            .binary_search_by_key(&partition, |p| p.0)
+            .ok()?;
+        if self.epochs[i] >= epoch {
+            return None;
+        }
+        let moved = |(j, (&(p, l), &e)): (usize, (&(i32, i32), &i32))| {
+            if j == i {
+                (p, leader, epoch)
+            } else {
+                (p, l, e)
+            }
+        };
+        let all = self.partitions.iter().zip(&self.epochs).enumerate();
+        Some(TopicLayout::with_epochs(all.map(moved)))
+    }
+
+    /// This layout, except where `known` names a later leader epoch for a partition: an answer
+    /// from a broker that has not yet heard of an election must not roll its leader back
+    /// (KIP-320). Where either side has no epoch, this layout's leader stands.
+    fn unless_older_than(self, known: &TopicLayout) -> TopicLayout {
+        let newer = |(&(p, leader), &epoch): (&(i32, i32), &i32)| {
+            let kept = known
+                .partitions
+                .binary_search_by_key(&p, |k| k.0)
+                .ok()
+                .map(|i| (known.partitions[i].1, known.epochs[i]))
+                .filter(|&(_, known_epoch)| epoch >= 0 && known_epoch > epoch);
+            match kept {
+                Some((known_leader, known_epoch)) => (p, known_leader, known_epoch),
+                None => (p, leader, epoch),
+            }
+        };
+        if !self.epochs.iter().any(|e| *e >= 0) {
+            return self;
+        }
+        TopicLayout::with_epochs(self.partitions.iter().zip(&self.epochs).map(newer))
     }
 
     /// Brokers leading at least one partition, ascending.
@@ -186,16 +241,34 @@ impl ClusterView {
     pub fn observe_topics(&self, topics: Vec<(String, Option<TopicLayout>)>) {
         for (name, layout) in topics {
             match layout {
-                Some(layout) => {
-                    if self.topics.get(&name).is_some_and(|t| **t == layout) {
-                        continue;
+                Some(layout) => match self.topics.entry(name) {
+                    Entry::Occupied(mut known) => {
+                        let layout = layout.unless_older_than(known.get());
+                        if **known.get() != layout {
+                            known.insert(Arc::new(layout));
+                        }
                     }
-                    self.topics.insert(name, Arc::new(layout));
-                }
+                    Entry::Vacant(place) => {
+                        place.insert(Arc::new(layout));
+                    }
+                },
                 None => {
                     self.topics.remove(&name);
                 }
             }
+        }
+    }
+
+    /// Records that `partition` of `topic` is led by `leader` from leader epoch `epoch` on, as
+    /// a broker's answer said (KIP-951), unless a later epoch is known.
+    pub fn observe_leader(&self, topic: &str, partition: i32, leader: i32, epoch: i32) {
+        if leader < 0 || epoch < 0 {
+            return;
+        }
+        if let Some(mut known) = self.topics.get_mut(topic)
+            && let Some(layout) = known.with_leader(partition, leader, epoch)
+        {
+            *known = Arc::new(layout);
         }
     }
 
@@ -329,7 +402,9 @@ pub fn layouts(response: &MetadataResponse) -> Vec<(String, Option<TopicLayout>)
             let name = topic.name.as_ref()?;
             let layout = (topic.error_code == 0).then(|| {
                 let leaders = topic.partitions.iter();
-                TopicLayout::new(leaders.map(|p| (p.partition_index, p.leader_id.0)))
+                TopicLayout::with_epochs(
+                    leaders.map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)),
+                )
             });
             Some((name.to_string(), layout))
         })
@@ -371,6 +446,60 @@ mod tests {
         let second = view.bootstrap_candidates(&configured);
         assert_ne!(first[0], second[0]);
         assert_eq!(first.last().map(String::as_str), Some("seed:1"));
+    }
+
+    #[test]
+    fn an_answer_with_an_older_leader_epoch_does_not_roll_a_leader_back() {
+        let view = ClusterView::new();
+        let leader = |view: &ClusterView, p| view.topic("t").and_then(|t| t.leader_of(p));
+        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
+        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
+        // Partition 0 moves to broker 3 in epoch 5.
+        seen(TopicLayout::with_epochs([(0, 3, 5), (1, 2, 7)]));
+        assert_eq!(leader(&view, 0), Some(3));
+        // A broker that has not heard of it yet still says broker 1, epoch 4: kept at 3.
+        // Partition 1's newer epoch in the same answer is taken.
+        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 1, 8)]));
+        assert_eq!(leader(&view, 0), Some(3));
+        assert_eq!(leader(&view, 1), Some(1));
+        assert_eq!(view.topic("t").unwrap().leaders(), &[1, 3]);
+        // The same epoch, or an answer without epochs (Metadata before v7): taken as it is.
+        seen(TopicLayout::with_epochs([(0, -1, 5), (1, 1, 8)]));
+        assert_eq!(leader(&view, 0), None);
+        seen(TopicLayout::new([(0, 2), (1, 1)]));
+        assert_eq!(leader(&view, 0), Some(2));
+        // A partition added later is taken whatever its epoch.
+        seen(TopicLayout::with_epochs([(0, 2, 6), (1, 1, 8), (2, 3, 0)]));
+        assert_eq!(leader(&view, 2), Some(3));
+    }
+
+    #[test]
+    fn a_leader_named_by_a_produce_answer_is_taken_if_its_epoch_is_later() {
+        let view = ClusterView::new();
+        let leader = |view: &ClusterView, p| view.topic("t").and_then(|t| t.leader_of(p));
+        view.observe_topics(vec![(
+            "t".into(),
+            Some(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)])),
+        )]);
+        view.observe_leader("t", 0, 3, 5);
+        assert_eq!(leader(&view, 0), Some(3));
+        assert_eq!(leader(&view, 1), Some(2));
+        assert_eq!(view.topic("t").unwrap().leaders(), &[2, 3]);
+        // Older or equal epochs, no leader, unknown partitions and topics change nothing.
+        view.observe_leader("t", 0, 1, 4);
+        view.observe_leader("t", 0, 2, 5);
+        view.observe_leader("t", 1, -1, 9);
+        view.observe_leader("t", 9, 1, 9);
+        view.observe_leader("u", 0, 1, 9);
+        assert_eq!(leader(&view, 0), Some(3));
+        assert_eq!(leader(&view, 1), Some(2));
+        assert!(view.topic("u").is_none());
+        // A Metadata answer that has not heard of epoch 5 yet does not undo it.
+        view.observe_topics(vec![(
+            "t".into(),
+            Some(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)])),
+        )]);
+        assert_eq!(leader(&view, 0), Some(3));
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub mod code {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const NONE: i16 = 0;
     pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const NETWORK_EXCEPTION: i16 = 13;
@@ -63,6 +66,15 @@ pub mod code {
     /// connection could not take it). If no copy ever did, the broker certainly did not append
     /// it: a hole, like a refusal. Reported to the client as [`UNANSWERED`].
     pub const NEVER_SENT: i16 = i16::MIN;
+
+    /// Whether a broker's `code` for a partition says the leader kroute sent it to is not (or
+    /// no longer) the leader, so kroute's view of the cluster is out of date.
+    pub fn leader_moved(code: i16) -> bool {
+        matches!(
+            code,
+            NOT_LEADER_OR_FOLLOWER | LEADER_NOT_AVAILABLE | UNKNOWN_TOPIC_OR_PARTITION
+        )
+    }
 }
 
 /// Client batches remembered per client partition. Clients keep at most 5 batches in flight

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
+use kafka_protocol::messages::produce_response::LeaderIdAndEpoch;
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tracing::{debug, warn};
@@ -66,9 +67,25 @@ pub fn recorder(
         let answer = {
             let mut state = owner.lock();
             let metrics = &ctx.metrics().sequencing;
-            let answer = record(&mut state.sequences, metrics, version, &batches, answer);
+            let recorded = record(&mut state.sequences, metrics, version, &batches, answer);
+            // kroute chose these batches' brokers from its view: without this, its resends
+            // would go to the old leader until the next periodic refresh (the client may not
+            // refresh either: a retriable error kroute reports makes none of them ask).
+            if recorded.leader_moved {
+                // Where the broker named the new leader (Produce v10+, KIP-951), resends go
+                // there at once; the refresh confirms it and finds any other moves.
+                for (topic, partition, leader) in &recorded.new_leaders {
+                    ctx.cluster().observe_leader(
+                        topic,
+                        *partition,
+                        leader.leader_id.0,
+                        leader.leader_epoch,
+                    );
+                }
+                ctx.cluster().stale();
+            }
             release(&ctx, &owner, &mut state, Instant::now(), &mut unsent);
-            answer
+            recorded.answer
         };
         // Dropping an unsent request records its outcome, under the producer's lock.
         drop(unsent);
@@ -76,15 +93,24 @@ pub fn recorder(
     })
 }
 
-/// Records one part's answer for its renumbered `batches`; returns the answer to pass on,
-/// with error codes as the client must see them.
+/// What [`record`] made of a part's answer.
+pub struct Recorded {
+    /// The answer to pass on, with error codes as the client must see them.
+    pub answer: Reply,
+    /// A broker said it does not lead a partition kroute sent one of the batches to.
+    pub leader_moved: bool,
+    /// The leaders such answers named instead (Produce v10+): (topic, partition, leader).
+    pub new_leaders: Vec<(TopicName, i32, LeaderIdAndEpoch)>,
+}
+
+/// Records one part's answer for its renumbered `batches`.
 pub fn record(
     sequences: &mut Producer,
     metrics: &SequenceMetrics,
     version: i16,
     batches: &[Numbered],
     answer: Reply,
-) -> Reply {
+) -> Recorded {
     let header_version = ApiKey::Produce.response_header_version(version);
     let decoded = answer.as_ref().ok().and_then(|payload| {
         let (header, mut body) = split_response(payload, header_version).ok()?;
@@ -101,8 +127,14 @@ pub fn record(
             sequences.resolve(&b.key, b.target, b.seq, said);
             tracing::trace!(key = ?b.key, b.target, b.seq, said, "unanswered");
         }
-        return Err(gone);
+        return Recorded {
+            answer: Err(gone),
+            leader_moved: false,
+            new_leaders: Vec::new(),
+        };
     };
+    let mut leader_moved = false;
+    let mut new_leaders = Vec::new();
     // What the broker said per partition, before it is rewritten for the client: the batches
     // of a joined batch share one partition answer.
     let mut said_for: Vec<(&TopicName, i32, i16)> = Vec::new();
@@ -130,6 +162,12 @@ pub fn record(
                 broker_code
             }
         };
+        if code::leader_moved(said) {
+            leader_moved = true;
+            if p.current_leader.leader_id.0 >= 0 {
+                new_leaders.push((b.topic.clone(), b.target, p.current_leader.clone()));
+            }
+        }
         let reported = sequences.resolve(&b.key, b.target, b.seq, said);
         tracing::trace!(key = ?b.key, b.target, b.seq, said, reported, "answered");
         if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
@@ -146,10 +184,15 @@ pub fn record(
     }
     let mut out = BytesMut::with_capacity(header.len() + 64);
     out.extend_from_slice(&header);
-    if response.encode(&mut out, version).is_err() {
-        return Err(UpstreamGone::Unanswered);
+    let answer = match response.encode(&mut out, version) {
+        Ok(()) => Ok(out.freeze()),
+        Err(_) => Err(UpstreamGone::Unanswered),
+    };
+    Recorded {
+        answer,
+        leader_moved,
+        new_leaders,
     }
-    Ok(out.freeze())
 }
 
 /// Counts an OUT_OF_ORDER_SEQUENCE_NUMBER for batch `b`: `passed` to the client where
@@ -260,7 +303,11 @@ mod tests {
         // The lane's first batch goes alone; once acknowledged, two more share the lane.
         let first = numbered(&mut p, &key(0, 0), 0);
         let ok = answer_for_tests(VERSION, &topic(), &[(0, 0)]);
-        assert!(record(&mut p, &metrics, VERSION, &[first], ok).is_ok());
+        assert!(
+            record(&mut p, &metrics, VERSION, &[first], ok)
+                .answer
+                .is_ok()
+        );
         let a = numbered(&mut p, &key(0, 2), 0);
         let b = numbered(&mut p, &key(1, 0), 0);
         // b overtook a (different parts): the broker refuses b's numbers for now.
@@ -269,11 +316,11 @@ mod tests {
             &topic(),
             &[(0, code::OUT_OF_ORDER_SEQUENCE_NUMBER)],
         );
-        let passed = record(&mut p, &metrics, VERSION, std::slice::from_ref(&b), answer);
+        let passed = record(&mut p, &metrics, VERSION, std::slice::from_ref(&b), answer).answer;
         assert_eq!(errors(&passed), vec![(0, code::REQUEST_TIMED_OUT)]);
         let answer = answer_for_tests(VERSION, &topic(), &[(0, 0)]);
         assert_eq!(
-            errors(&record(&mut p, &metrics, VERSION, &[a], answer)),
+            errors(&record(&mut p, &metrics, VERSION, &[a], answer).answer),
             vec![(0, 0)]
         );
         // b's retry goes out again with the same numbers.
@@ -292,7 +339,7 @@ mod tests {
         let mut p = Producer::default();
         let first = numbered(&mut p, &key(0, 0), 0);
         let odd = answer_for_tests(VERSION, &topic(), &[(0, code::NEVER_SENT)]);
-        let passed = record(&mut p, &metrics, VERSION, std::slice::from_ref(&first), odd);
+        let passed = record(&mut p, &metrics, VERSION, std::slice::from_ref(&first), odd).answer;
         // The client hears what the broker said; kroute takes it as an unknown error: perhaps
         // appended, so the retry goes where the batch went, with the same numbers.
         assert_eq!(errors(&passed), vec![(0, code::NEVER_SENT)]);
@@ -311,7 +358,11 @@ mod tests {
         let mut p = Producer::default();
         let first = numbered(&mut p, &key(0, 0), 0);
         let ok = answer_for_tests(VERSION, &topic(), &[(0, 0)]);
-        assert!(record(&mut p, &metrics, VERSION, &[first], ok).is_ok());
+        assert!(
+            record(&mut p, &metrics, VERSION, &[first], ok)
+                .answer
+                .is_ok()
+        );
         let head = numbered(&mut p, &key(0, 2), 0);
         let other = key(1, 0);
         assert_eq!(p.lookup(&other), Lookup::Fresh);
@@ -330,12 +381,67 @@ mod tests {
         // would leave the second pending as if the broker might have appended it) must not
         // decide the second's outcome.
         let refused = answer_for_tests(VERSION, &topic(), &[(0, code::MESSAGE_TOO_LARGE)]);
-        let passed = record(&mut p, &metrics, VERSION, &[head.clone(), joiner], refused);
+        let passed = record(&mut p, &metrics, VERSION, &[head.clone(), joiner], refused).answer;
         assert_eq!(errors(&passed), vec![(0, code::REQUEST_TIMED_OUT)]);
         // Both are to be retried alone, renumbered.
         assert_eq!(p.lookup(&head.key), Lookup::Fresh);
         assert_eq!(p.lookup(&other), Lookup::Fresh);
         assert!(!p.joins(&other.topic));
+    }
+
+    #[test]
+    fn a_not_leader_answer_says_the_view_of_leaders_is_out_of_date_and_a_success_does_not() {
+        let metrics = Metrics::new().sequencing;
+        let moved = |said: i16| {
+            let mut p = Producer::default();
+            let b = numbered(&mut p, &key(0, 0), 0);
+            let answer = answer_for_tests(VERSION, &topic(), &[(0, said)]);
+            let recorded = record(&mut p, &metrics, VERSION, &[b], answer);
+            // The client hears what the broker said.
+            assert_eq!(errors(&recorded.answer), vec![(0, said)]);
+            recorded.leader_moved
+        };
+        assert!(moved(code::NOT_LEADER_OR_FOLLOWER));
+        assert!(moved(code::LEADER_NOT_AVAILABLE));
+        assert!(moved(code::UNKNOWN_TOPIC_OR_PARTITION));
+        assert!(!moved(code::NONE));
+        assert!(!moved(code::MESSAGE_TOO_LARGE));
+        assert!(!moved(code::OUT_OF_ORDER_SEQUENCE_NUMBER));
+    }
+
+    #[test]
+    fn the_new_leader_a_not_leader_answer_names_is_passed_on() {
+        use kafka_protocol::messages::BrokerId;
+        use kafka_protocol::messages::produce_response::{
+            PartitionProduceResponse, TopicProduceResponse,
+        };
+        let metrics = Metrics::new().sequencing;
+        let mut p = Producer::default();
+        let b = numbered(&mut p, &key(0, 0), 2);
+        let named = LeaderIdAndEpoch::default()
+            .with_leader_id(BrokerId(3))
+            .with_leader_epoch(9);
+        let response = ProduceResponse::default().with_responses(vec![
+            TopicProduceResponse::default()
+                .with_name(topic())
+                .with_partition_responses(vec![
+                    PartitionProduceResponse::default()
+                        .with_index(2)
+                        .with_error_code(code::NOT_LEADER_OR_FOLLOWER)
+                        .with_current_leader(named.clone()),
+                ]),
+        ]);
+        let mut out = BytesMut::new();
+        out.extend_from_slice(&[0, 0, 0, 7, 0]);
+        response.encode(&mut out, VERSION).expect("encodes");
+        let recorded = record(&mut p, &metrics, VERSION, &[b], Ok(out.freeze()));
+        assert!(recorded.leader_moved);
+        assert_eq!(recorded.new_leaders, vec![(topic(), 2, named)]);
+        // Without a named leader (older versions, or none elected yet), only the flag.
+        let b = numbered(&mut p, &key(0, 2), 1);
+        let moved = answer_for_tests(VERSION, &topic(), &[(1, code::NOT_LEADER_OR_FOLLOWER)]);
+        let recorded = record(&mut p, &metrics, VERSION, &[b], moved);
+        assert!(recorded.leader_moved && recorded.new_leaders.is_empty());
     }
 
     #[test]
@@ -352,6 +458,7 @@ mod tests {
                 &[a.clone(), b.clone()],
                 Err(UpstreamGone::Unanswered)
             )
+            .answer
             .is_err()
         );
         for n in [a, b] {
