@@ -42,6 +42,9 @@ pub struct TopicLayout {
     epochs: Vec<i32>,
     /// Brokers that lead at least one partition, ascending.
     leaders: Vec<i32>,
+    /// The topic's id (Metadata v10+; 0 if the answer carried none): a topic deleted and
+    /// created again under the same name has a new one, and its leader epochs start over.
+    id: u128,
 }
 
 impl TopicLayout {
@@ -62,34 +65,44 @@ impl TopicLayout {
             partitions: all.iter().map(|p| (p.0, p.1)).collect(),
             epochs: all.iter().map(|p| p.2).collect(),
             leaders,
+            id: 0,
         }
     }
 
-    /// This layout with `partition` led by `leader` from `epoch` on, if that is later than
-    /// what it knows (None otherwise, or if it has no such partition).
-    fn with_leader(&self, partition: i32, leader: i32, epoch: i32) -> Option<TopicLayout> {
+    /// The same layout, of the topic with id `id`.
+    pub fn with_id(self, id: u128) -> Self {
+        Self { id, ..self }
+    }
+
+    /// This layout after a broker said it does not lead `partition` and named `leader` at
+    /// `epoch` (-1 if none): the named leader if its epoch is later than the one known, else
+    /// the same leader with no epoch, so that the next Metadata answer is taken for it
+    /// whatever epoch it carries (the known one may be wrong: a topic created again, a broken
+    /// broker's answer). None if it has no such partition.
+    fn after_not_leader(&self, partition: i32, leader: i32, epoch: i32) -> Option<TopicLayout> {
         let i = self
             .partitions
             .binary_search_by_key(&partition, |p| p.0)
             .ok()?;
-        if self.epochs[i] >= epoch {
-            return None;
-        }
-        let moved = |(j, (&(p, l), &e)): (usize, (&(i32, i32), &i32))| {
-            if j == i {
-                (p, leader, epoch)
-            } else {
-                (p, l, e)
-            }
+        let named = leader >= 0 && epoch >= 0 && epoch > self.epochs[i];
+        let moved = |(j, (&(p, l), &e)): (usize, (&(i32, i32), &i32))| match j == i {
+            true if named => (p, leader, epoch),
+            true => (p, l, -1),
+            false => (p, l, e),
         };
         let all = self.partitions.iter().zip(&self.epochs).enumerate();
-        Some(TopicLayout::with_epochs(all.map(moved)))
+        Some(TopicLayout::with_epochs(all.map(moved)).with_id(self.id))
     }
 
     /// This layout, except where `known` names a later leader epoch for a partition: an answer
     /// from a broker that has not yet heard of an election must not roll its leader back
     /// (KIP-320). Where either side has no epoch, this layout's leader stands.
+    /// A layout of another topic of the same name (its id differs) is taken as it is.
     fn unless_older_than(self, known: &TopicLayout) -> TopicLayout {
+        if self.id != 0 && known.id != 0 && self.id != known.id {
+            return self;
+        }
+        let id = if self.id != 0 { self.id } else { known.id };
         let newer = |(&(p, leader), &epoch): (&(i32, i32), &i32)| {
             let kept = known
                 .partitions
@@ -103,9 +116,9 @@ impl TopicLayout {
             }
         };
         if !self.epochs.iter().any(|e| *e >= 0) {
-            return self;
+            return self.with_id(id);
         }
-        TopicLayout::with_epochs(self.partitions.iter().zip(&self.epochs).map(newer))
+        TopicLayout::with_epochs(self.partitions.iter().zip(&self.epochs).map(newer)).with_id(id)
     }
 
     /// Brokers leading at least one partition, ascending.
@@ -241,17 +254,30 @@ impl ClusterView {
     pub fn observe_topics(&self, topics: Vec<(String, Option<TopicLayout>)>) {
         for (name, layout) in topics {
             match layout {
-                Some(layout) => match self.topics.entry(name) {
-                    Entry::Occupied(mut known) => {
-                        let layout = layout.unless_older_than(known.get());
-                        if **known.get() != layout {
-                            known.insert(Arc::new(layout));
+                Some(layout) => {
+                    // Compared under a read lock: most answers change nothing, and Produce
+                    // requests read layouts meanwhile.
+                    let known = self.topics.get(&name).map(|k| k.clone());
+                    let layout = match &known {
+                        Some(known) => layout.unless_older_than(known),
+                        None => layout,
+                    };
+                    if known.as_deref() == Some(&layout) {
+                        continue;
+                    }
+                    // Merged again with what is known by then, under the write lock.
+                    match self.topics.entry(name) {
+                        Entry::Occupied(mut known) => {
+                            let layout = layout.unless_older_than(known.get());
+                            if **known.get() != layout {
+                                known.insert(Arc::new(layout));
+                            }
+                        }
+                        Entry::Vacant(place) => {
+                            place.insert(Arc::new(layout));
                         }
                     }
-                    Entry::Vacant(place) => {
-                        place.insert(Arc::new(layout));
-                    }
-                },
+                }
                 None => {
                     self.topics.remove(&name);
                 }
@@ -259,14 +285,12 @@ impl ClusterView {
         }
     }
 
-    /// Records that `partition` of `topic` is led by `leader` from leader epoch `epoch` on, as
-    /// a broker's answer said (KIP-951), unless a later epoch is known.
-    pub fn observe_leader(&self, topic: &str, partition: i32, leader: i32, epoch: i32) {
-        if leader < 0 || epoch < 0 {
-            return;
-        }
+    /// Records that the broker kroute sent `partition` of `topic` to said it does not lead it,
+    /// naming `leader` at leader epoch `epoch` instead (Produce v10+, KIP-951; -1 if none).
+    /// See [`TopicLayout::after_not_leader`].
+    pub fn leader_moved(&self, topic: &str, partition: i32, leader: i32, epoch: i32) {
         if let Some(mut known) = self.topics.get_mut(topic)
-            && let Some(layout) = known.with_leader(partition, leader, epoch)
+            && let Some(layout) = known.after_not_leader(partition, leader, epoch)
         {
             *known = Arc::new(layout);
         }
@@ -405,6 +429,7 @@ pub fn layouts(response: &MetadataResponse) -> Vec<(String, Option<TopicLayout>)
                 TopicLayout::with_epochs(
                     leaders.map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)),
                 )
+                .with_id(topic.topic_id.as_u128())
             });
             Some((name.to_string(), layout))
         })
@@ -477,29 +502,57 @@ mod tests {
     fn a_leader_named_by_a_produce_answer_is_taken_if_its_epoch_is_later() {
         let view = ClusterView::new();
         let leader = |view: &ClusterView, p| view.topic("t").and_then(|t| t.leader_of(p));
-        view.observe_topics(vec![(
-            "t".into(),
-            Some(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)])),
-        )]);
-        view.observe_leader("t", 0, 3, 5);
+        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
+        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
+        view.leader_moved("t", 0, 3, 5);
         assert_eq!(leader(&view, 0), Some(3));
         assert_eq!(leader(&view, 1), Some(2));
         assert_eq!(view.topic("t").unwrap().leaders(), &[2, 3]);
-        // Older or equal epochs, no leader, unknown partitions and topics change nothing.
-        view.observe_leader("t", 0, 1, 4);
-        view.observe_leader("t", 0, 2, 5);
-        view.observe_leader("t", 1, -1, 9);
-        view.observe_leader("t", 9, 1, 9);
-        view.observe_leader("u", 0, 1, 9);
-        assert_eq!(leader(&view, 0), Some(3));
-        assert_eq!(leader(&view, 1), Some(2));
-        assert!(view.topic("u").is_none());
         // A Metadata answer that has not heard of epoch 5 yet does not undo it.
-        view.observe_topics(vec![(
-            "t".into(),
-            Some(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)])),
-        )]);
+        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
         assert_eq!(leader(&view, 0), Some(3));
+        // No leader, unknown partitions and topics: nothing named, nothing taken.
+        view.leader_moved("t", 9, 1, 9);
+        view.leader_moved("u", 0, 1, 9);
+        assert!(view.topic("u").is_none());
+        view.leader_moved("t", 1, -1, -1);
+        assert_eq!(leader(&view, 1), Some(2));
+    }
+
+    #[test]
+    fn a_not_leader_answer_unpins_the_known_epoch() {
+        let view = ClusterView::new();
+        let leader = |view: &ClusterView| view.topic("t").and_then(|t| t.leader_of(0));
+        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
+        // An epoch no later answer can beat (a broken broker's, say) pins the leader...
+        seen(TopicLayout::with_epochs([(0, 1, i32::MAX)]));
+        seen(TopicLayout::with_epochs([(0, 3, 5)]));
+        assert_eq!(leader(&view), Some(1));
+        // ...until broker 1 says it does not lead the partition: the next answer is taken.
+        view.leader_moved("t", 0, -1, -1);
+        assert_eq!(leader(&view), Some(1));
+        seen(TopicLayout::with_epochs([(0, 3, 5)]));
+        assert_eq!(leader(&view), Some(3));
+        // A leader named with an epoch not later than the one known is not taken either.
+        view.leader_moved("t", 0, 2, 4);
+        assert_eq!(leader(&view), Some(3));
+        seen(TopicLayout::with_epochs([(0, 2, 4)]));
+        assert_eq!(leader(&view), Some(2));
+    }
+
+    #[test]
+    fn a_topic_created_again_under_its_name_is_taken_whatever_its_epochs() {
+        let view = ClusterView::new();
+        let leader = |view: &ClusterView| view.topic("t").and_then(|t| t.leader_of(0));
+        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
+        seen(TopicLayout::with_epochs([(0, 1, 10)]).with_id(7));
+        // The same topic, an older epoch: not taken; an answer without an id is that topic.
+        seen(TopicLayout::with_epochs([(0, 2, 3)]).with_id(7));
+        seen(TopicLayout::with_epochs([(0, 2, 3)]));
+        assert_eq!(leader(&view), Some(1));
+        // Deleted and created again (a new id): its epochs start over.
+        seen(TopicLayout::with_epochs([(0, 2, 0)]).with_id(8));
+        assert_eq!(leader(&view), Some(2));
     }
 
     #[test]

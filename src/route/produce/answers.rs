@@ -71,15 +71,15 @@ pub fn recorder(
             // kroute chose these batches' brokers from its view: without this, its resends
             // would go to the old leader until the next periodic refresh (the client may not
             // refresh either: a retriable error kroute reports makes none of them ask).
-            if recorded.leader_moved {
+            if !recorded.moved.is_empty() {
                 // Where the broker named the new leader (Produce v10+, KIP-951), resends go
                 // there at once; the refresh confirms it and finds any other moves.
-                for (topic, partition, leader) in &recorded.new_leaders {
-                    ctx.cluster().observe_leader(
+                for (topic, partition, named) in &recorded.moved {
+                    ctx.cluster().leader_moved(
                         topic,
                         *partition,
-                        leader.leader_id.0,
-                        leader.leader_epoch,
+                        named.leader_id.0,
+                        named.leader_epoch,
                     );
                 }
                 ctx.cluster().stale();
@@ -97,10 +97,9 @@ pub fn recorder(
 pub struct Recorded {
     /// The answer to pass on, with error codes as the client must see them.
     pub answer: Reply,
-    /// A broker said it does not lead a partition kroute sent one of the batches to.
-    pub leader_moved: bool,
-    /// The leaders such answers named instead (Produce v10+): (topic, partition, leader).
-    pub new_leaders: Vec<(TopicName, i32, LeaderIdAndEpoch)>,
+    /// The partitions whose broker said it does not lead them, with the leader it named
+    /// instead (Produce v10+; leader -1 if none): kroute's view of them is out of date.
+    pub moved: Vec<(TopicName, i32, LeaderIdAndEpoch)>,
 }
 
 /// Records one part's answer for its renumbered `batches`.
@@ -129,12 +128,10 @@ pub fn record(
         }
         return Recorded {
             answer: Err(gone),
-            leader_moved: false,
-            new_leaders: Vec::new(),
+            moved: Vec::new(),
         };
     };
-    let mut leader_moved = false;
-    let mut new_leaders = Vec::new();
+    let mut moved = Vec::new();
     // What the broker said per partition, before it is rewritten for the client: the batches
     // of a joined batch share one partition answer.
     let mut said_for: Vec<(&TopicName, i32, i16)> = Vec::new();
@@ -159,15 +156,12 @@ pub fn record(
             Some(s) => s.2,
             None => {
                 said_for.push((&b.topic, b.target, broker_code));
+                if code::leader_moved(broker_code) {
+                    moved.push((b.topic.clone(), b.target, p.current_leader.clone()));
+                }
                 broker_code
             }
         };
-        if code::leader_moved(said) {
-            leader_moved = true;
-            if p.current_leader.leader_id.0 >= 0 {
-                new_leaders.push((b.topic.clone(), b.target, p.current_leader.clone()));
-            }
-        }
         let reported = sequences.resolve(&b.key, b.target, b.seq, said);
         tracing::trace!(key = ?b.key, b.target, b.seq, said, reported, "answered");
         if said == code::OUT_OF_ORDER_SEQUENCE_NUMBER {
@@ -188,11 +182,7 @@ pub fn record(
         Ok(()) => Ok(out.freeze()),
         Err(_) => Err(UpstreamGone::Unanswered),
     };
-    Recorded {
-        answer,
-        leader_moved,
-        new_leaders,
-    }
+    Recorded { answer, moved }
 }
 
 /// Counts an OUT_OF_ORDER_SEQUENCE_NUMBER for batch `b`: `passed` to the client where
@@ -399,7 +389,7 @@ mod tests {
             let recorded = record(&mut p, &metrics, VERSION, &[b], answer);
             // The client hears what the broker said.
             assert_eq!(errors(&recorded.answer), vec![(0, said)]);
-            recorded.leader_moved
+            !recorded.moved.is_empty()
         };
         assert!(moved(code::NOT_LEADER_OR_FOLLOWER));
         assert!(moved(code::LEADER_NOT_AVAILABLE));
@@ -435,13 +425,14 @@ mod tests {
         out.extend_from_slice(&[0, 0, 0, 7, 0]);
         response.encode(&mut out, VERSION).expect("encodes");
         let recorded = record(&mut p, &metrics, VERSION, &[b], Ok(out.freeze()));
-        assert!(recorded.leader_moved);
-        assert_eq!(recorded.new_leaders, vec![(topic(), 2, named)]);
-        // Without a named leader (older versions, or none elected yet), only the flag.
+        assert_eq!(recorded.moved, vec![(topic(), 2, named)]);
+        // Without a named leader (older versions, or none elected yet): leader -1.
         let b = numbered(&mut p, &key(0, 2), 1);
         let moved = answer_for_tests(VERSION, &topic(), &[(1, code::NOT_LEADER_OR_FOLLOWER)]);
         let recorded = record(&mut p, &metrics, VERSION, &[b], moved);
-        assert!(recorded.leader_moved && recorded.new_leaders.is_empty());
+        let none = LeaderIdAndEpoch::default();
+        assert_eq!((none.leader_id.0, none.leader_epoch), (-1, -1));
+        assert_eq!(recorded.moved, vec![(topic(), 1, none)]);
     }
 
     #[test]
