@@ -473,43 +473,52 @@ mod tests {
         assert_eq!(first.last().map(String::as_str), Some("seed:1"));
     }
 
+    /// The leader of partition `p` of topic "t".
+    fn leader(view: &ClusterView, p: i32) -> Option<i32> {
+        view.topic("t").and_then(|t| t.leader_of(p))
+    }
+
+    /// A Metadata answer for topic "t".
+    fn seen(view: &ClusterView, layout: TopicLayout) {
+        view.observe_topics(vec![("t".into(), Some(layout))]);
+    }
+
     #[test]
     fn an_answer_with_an_older_leader_epoch_does_not_roll_a_leader_back() {
         let view = ClusterView::new();
-        let leader = |view: &ClusterView, p| view.topic("t").and_then(|t| t.leader_of(p));
-        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
-        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
+        seen(&view, TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
         // Partition 0 moves to broker 3 in epoch 5.
-        seen(TopicLayout::with_epochs([(0, 3, 5), (1, 2, 7)]));
+        seen(&view, TopicLayout::with_epochs([(0, 3, 5), (1, 2, 7)]));
         assert_eq!(leader(&view, 0), Some(3));
         // A broker that has not heard of it yet still says broker 1, epoch 4: kept at 3.
         // Partition 1's newer epoch in the same answer is taken.
-        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 1, 8)]));
+        seen(&view, TopicLayout::with_epochs([(0, 1, 4), (1, 1, 8)]));
         assert_eq!(leader(&view, 0), Some(3));
         assert_eq!(leader(&view, 1), Some(1));
         assert_eq!(view.topic("t").unwrap().leaders(), &[1, 3]);
         // The same epoch, or an answer without epochs (Metadata before v7): taken as it is.
-        seen(TopicLayout::with_epochs([(0, -1, 5), (1, 1, 8)]));
+        seen(&view, TopicLayout::with_epochs([(0, -1, 5), (1, 1, 8)]));
         assert_eq!(leader(&view, 0), None);
-        seen(TopicLayout::new([(0, 2), (1, 1)]));
+        seen(&view, TopicLayout::new([(0, 2), (1, 1)]));
         assert_eq!(leader(&view, 0), Some(2));
         // A partition added later is taken whatever its epoch.
-        seen(TopicLayout::with_epochs([(0, 2, 6), (1, 1, 8), (2, 3, 0)]));
+        seen(
+            &view,
+            TopicLayout::with_epochs([(0, 2, 6), (1, 1, 8), (2, 3, 0)]),
+        );
         assert_eq!(leader(&view, 2), Some(3));
     }
 
     #[test]
     fn a_leader_named_by_a_produce_answer_is_taken_if_its_epoch_is_later() {
         let view = ClusterView::new();
-        let leader = |view: &ClusterView, p| view.topic("t").and_then(|t| t.leader_of(p));
-        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
-        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
+        seen(&view, TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
         view.leader_moved("t", 0, 3, 5);
         assert_eq!(leader(&view, 0), Some(3));
         assert_eq!(leader(&view, 1), Some(2));
         assert_eq!(view.topic("t").unwrap().leaders(), &[2, 3]);
         // A Metadata answer that has not heard of epoch 5 yet does not undo it.
-        seen(TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
+        seen(&view, TopicLayout::with_epochs([(0, 1, 4), (1, 2, 7)]));
         assert_eq!(leader(&view, 0), Some(3));
         // No leader, unknown partitions and topics: nothing named, nothing taken.
         view.leader_moved("t", 9, 1, 9);
@@ -522,37 +531,33 @@ mod tests {
     #[test]
     fn a_not_leader_answer_unpins_the_known_epoch() {
         let view = ClusterView::new();
-        let leader = |view: &ClusterView| view.topic("t").and_then(|t| t.leader_of(0));
-        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
         // An epoch no later answer can beat (a broken broker's, say) pins the leader...
-        seen(TopicLayout::with_epochs([(0, 1, i32::MAX)]));
-        seen(TopicLayout::with_epochs([(0, 3, 5)]));
-        assert_eq!(leader(&view), Some(1));
+        seen(&view, TopicLayout::with_epochs([(0, 1, i32::MAX)]));
+        seen(&view, TopicLayout::with_epochs([(0, 3, 5)]));
+        assert_eq!(leader(&view, 0), Some(1));
         // ...until broker 1 says it does not lead the partition: the next answer is taken.
         view.leader_moved("t", 0, -1, -1);
-        assert_eq!(leader(&view), Some(1));
-        seen(TopicLayout::with_epochs([(0, 3, 5)]));
-        assert_eq!(leader(&view), Some(3));
+        assert_eq!(leader(&view, 0), Some(1));
+        seen(&view, TopicLayout::with_epochs([(0, 3, 5)]));
+        assert_eq!(leader(&view, 0), Some(3));
         // A leader named with an epoch not later than the one known is not taken either.
         view.leader_moved("t", 0, 2, 4);
-        assert_eq!(leader(&view), Some(3));
-        seen(TopicLayout::with_epochs([(0, 2, 4)]));
-        assert_eq!(leader(&view), Some(2));
+        assert_eq!(leader(&view, 0), Some(3));
+        seen(&view, TopicLayout::with_epochs([(0, 2, 4)]));
+        assert_eq!(leader(&view, 0), Some(2));
     }
 
     #[test]
     fn a_topic_created_again_under_its_name_is_taken_whatever_its_epochs() {
         let view = ClusterView::new();
-        let leader = |view: &ClusterView| view.topic("t").and_then(|t| t.leader_of(0));
-        let seen = |layout| view.observe_topics(vec![("t".into(), Some(layout))]);
-        seen(TopicLayout::with_epochs([(0, 1, 10)]).with_id(7));
+        seen(&view, TopicLayout::with_epochs([(0, 1, 10)]).with_id(7));
         // The same topic, an older epoch: not taken; an answer without an id is that topic.
-        seen(TopicLayout::with_epochs([(0, 2, 3)]).with_id(7));
-        seen(TopicLayout::with_epochs([(0, 2, 3)]));
-        assert_eq!(leader(&view), Some(1));
+        seen(&view, TopicLayout::with_epochs([(0, 2, 3)]).with_id(7));
+        seen(&view, TopicLayout::with_epochs([(0, 2, 3)]));
+        assert_eq!(leader(&view, 0), Some(1));
         // Deleted and created again (a new id): its epochs start over.
-        seen(TopicLayout::with_epochs([(0, 2, 0)]).with_id(8));
-        assert_eq!(leader(&view), Some(2));
+        seen(&view, TopicLayout::with_epochs([(0, 2, 0)]).with_id(8));
+        assert_eq!(leader(&view, 0), Some(2));
     }
 
     #[test]
