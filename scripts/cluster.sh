@@ -14,7 +14,9 @@
 #                                            --secured (or $KROUTE_CLUSTER_SECURED=1): also the TLS
 #                                            and SASL listeners (see "Secured" below); a (partly)
 #                                            running cluster keeps whether it is secured, and
-#                                            `start --secured` fails on one running without it
+#                                            `start --secured` fails on one running without it.
+#                                            Data kept by `stop --keep-data` is resumed (with a note
+#                                            when it holds 1000+ partition directories per broker)
 #   scripts/cluster.sh stop [--keep-data]    SIGTERM all nodes and relays (SIGKILL after a grace
 #                                            period); removes data, mode, secured flag, delays and
 #                                            caps
@@ -849,6 +851,15 @@ cmd_start() {
     echo "$KAFKA_VERSION" >"$VERSION_FILE"
     echo "$META" >"$METADATA_FILE"
     rm -rf "$STATE/delay" "$STATE/cap"   # a fresh start has no delays and no caps
+    # Kept data (stop --keep-data, or a machine stopped with the cluster running) is resumed.
+    # Thousands of partitions left by earlier test runs make the 512 MB brokers slow and, once,
+    # ran one out of heap: say so, since a fresh cluster is one `stop` away.
+    local kept=0
+    if [ -d "$STATE/data/node${BROKERS[0]}" ]; then
+      kept=$(find "$STATE/data/node${BROKERS[0]}" -mindepth 1 -maxdepth 1 -type d | wc -l)
+    fi
+    [ "$kept" -lt 1000 ] ||
+      say "note: resuming kept data with $kept partition directories per broker (slow brokers, heap pressure); 'stop' first for a fresh cluster"
   fi
   ensure_lib
   [ "$SECURED" = no ] || { ensure_pki; ensure_encrypted_keystore; }
