@@ -35,11 +35,9 @@ pub type SeenBroker = (i32, String, i32);
 /// Where the partitions of one topic are led.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicLayout {
-    /// (partition, leader node id or -1), ascending by partition.
-    partitions: Vec<(i32, i32)>,
-    /// Each partition's leader epoch (KIP-320; -1 if the answer carried none), in the same
-    /// order.
-    epochs: Vec<i32>,
+    /// (partition, leader node id or -1, leader epoch or -1), ascending by partition. The
+    /// epoch (KIP-320) is -1 where the answer carried none.
+    partitions: Vec<(i32, i32, i32)>,
     /// Brokers that lead at least one partition, ascending.
     leaders: Vec<i32>,
     /// The topic's id (Metadata v10+; 0 if the answer carried none): a topic deleted and
@@ -55,15 +53,14 @@ impl TopicLayout {
 
     /// A layout from (partition, leader, leader epoch) triples.
     pub fn with_epochs(partitions: impl IntoIterator<Item = (i32, i32, i32)>) -> Self {
-        let mut all: Vec<(i32, i32, i32)> = partitions.into_iter().collect();
-        all.sort_unstable();
-        all.dedup_by_key(|p| p.0);
-        let mut leaders: Vec<i32> = all.iter().map(|p| p.1).filter(|l| *l >= 0).collect();
+        let mut partitions: Vec<(i32, i32, i32)> = partitions.into_iter().collect();
+        partitions.sort_unstable();
+        partitions.dedup_by_key(|p| p.0);
+        let mut leaders: Vec<i32> = partitions.iter().map(|p| p.1).filter(|l| *l >= 0).collect();
         leaders.sort_unstable();
         leaders.dedup();
         Self {
-            partitions: all.iter().map(|p| (p.0, p.1)).collect(),
-            epochs: all.iter().map(|p| p.2).collect(),
+            partitions,
             leaders,
             id: 0,
         }
@@ -74,24 +71,29 @@ impl TopicLayout {
         Self { id, ..self }
     }
 
+    /// The (partition, leader, epoch) entry of `partition`.
+    fn entry(&self, partition: i32) -> Option<(i32, i32, i32)> {
+        let i = self
+            .partitions
+            .binary_search_by_key(&partition, |p| p.0)
+            .ok()?;
+        Some(self.partitions[i])
+    }
+
     /// This layout after a broker said it does not lead `partition` and named `leader` at
     /// `epoch` (-1 if none): the named leader if its epoch is later than the one known, else
     /// the same leader with no epoch, so that the next Metadata answer is taken for it
     /// whatever epoch it carries (the known one may be wrong: a topic created again, a broken
     /// broker's answer). None if it has no such partition.
     fn after_not_leader(&self, partition: i32, leader: i32, epoch: i32) -> Option<TopicLayout> {
-        let i = self
-            .partitions
-            .binary_search_by_key(&partition, |p| p.0)
-            .ok()?;
-        let named = leader >= 0 && epoch >= 0 && epoch > self.epochs[i];
-        let moved = |(j, (&(p, l), &e)): (usize, (&(i32, i32), &i32))| match j == i {
+        let (_, _, known_epoch) = self.entry(partition)?;
+        let named = leader >= 0 && epoch >= 0 && epoch > known_epoch;
+        let moved = |&(p, l, e): &(i32, i32, i32)| match p == partition {
             true if named => (p, leader, epoch),
             true => (p, l, -1),
             false => (p, l, e),
         };
-        let all = self.partitions.iter().zip(&self.epochs).enumerate();
-        Some(TopicLayout::with_epochs(all.map(moved)).with_id(self.id))
+        Some(TopicLayout::with_epochs(self.partitions.iter().map(moved)).with_id(self.id))
     }
 
     /// This layout, except where `known` names a later leader epoch for a partition: an answer
@@ -103,22 +105,18 @@ impl TopicLayout {
             return self;
         }
         let id = if self.id != 0 { self.id } else { known.id };
-        let newer = |(&(p, leader), &epoch): (&(i32, i32), &i32)| {
-            let kept = known
-                .partitions
-                .binary_search_by_key(&p, |k| k.0)
-                .ok()
-                .map(|i| (known.partitions[i].1, known.epochs[i]))
-                .filter(|&(_, known_epoch)| epoch >= 0 && known_epoch > epoch);
-            match kept {
-                Some((known_leader, known_epoch)) => (p, known_leader, known_epoch),
-                None => (p, leader, epoch),
-            }
+        // The known entry of a partition this answer says less recent things of.
+        let later = |&(p, _, epoch): &(i32, i32, i32)| {
+            known
+                .entry(p)
+                .filter(|&(_, _, known_epoch)| epoch >= 0 && known_epoch > epoch)
         };
-        if !self.epochs.iter().any(|e| *e >= 0) {
+        // Most answers are not behind: taken as they are, without a rebuild.
+        if !self.partitions.iter().any(|p| later(p).is_some()) {
             return self.with_id(id);
         }
-        TopicLayout::with_epochs(self.partitions.iter().zip(&self.epochs).map(newer)).with_id(id)
+        let merged = self.partitions.iter().map(|p| later(p).unwrap_or(*p));
+        TopicLayout::with_epochs(merged).with_id(id)
     }
 
     /// Brokers leading at least one partition, ascending.
@@ -128,11 +126,7 @@ impl TopicLayout {
 
     /// The leader of `partition`, if known.
     pub fn leader_of(&self, partition: i32) -> Option<i32> {
-        self.partitions
-            .binary_search_by_key(&partition, |p| p.0)
-            .ok()
-            .map(|i| self.partitions[i].1)
-            .filter(|l| *l >= 0)
+        self.entry(partition).map(|p| p.1).filter(|l| *l >= 0)
     }
 
     /// The partitions `node` leads, ascending.

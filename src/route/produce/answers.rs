@@ -70,10 +70,10 @@ pub fn recorder(
             let recorded = record(&mut state.sequences, metrics, version, &batches, answer);
             // kroute chose these batches' brokers from its view: without this, its resends
             // would go to the old leader until the next periodic refresh (the client may not
-            // refresh either: a retriable error kroute reports makes none of them ask).
+            // refresh either: a retriable error kroute reports makes none of them ask). Where
+            // the broker named the new leader (Produce v10+, KIP-951), the batches `release`
+            // places next go there at once; the refresh confirms it and finds other moves.
             if !recorded.moved.is_empty() {
-                // Where the broker named the new leader (Produce v10+, KIP-951), resends go
-                // there at once; the refresh confirms it and finds any other moves.
                 for (topic, partition, named) in &recorded.moved {
                     ctx.cluster().leader_moved(
                         topic,

@@ -2,8 +2,6 @@ use super::*;
 
 use code::*;
 
-const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-
 fn topic() -> Bytes {
     Bytes::from_static(b"t")
 }
