@@ -14,6 +14,12 @@
       Reads one case's files (samples, producer logs, kroute metrics and logs), prints a summary
       and appends one row to RESULTS (TSV). Exit 1 when the case is invalid (a producer failed,
       fewer records on the brokers than acknowledged, no traffic through kroute in a kroute case).
+  fleet_report.py upstream-p99 RAW_PREFIX...
+      For each kroute case's raw files (e.g. target/bench-fleet/raw/kroute-4), the p99 latency
+      of the Produce requests the sidecars sent the brokers, in all and per broker, from their
+      `kroute_upstream_request_duration_seconds` histograms (summed over the sidecars, over each
+      sidecar's whole run; interpolated within a bucket, as Prometheus' histogram_quantile does,
+      so no finer than the buckets: 20-50 ms is one). What the fleet simulator's p99 compares to.
   fleet_report.py report RESULTS DOCS
       Prints the markdown section and replaces "## Part 2: N sidecars on real processes" in DOCS
       (creating DOCS with a one-line intro if it is missing; DOCS "none": print only). Run facts
@@ -192,6 +198,52 @@ def metric_sum(text, name, label=""):
         except ValueError:
             pass
     return total
+
+
+UPSTREAM_LATENCY = "kroute_upstream_request_duration_seconds"
+
+
+def histogram_quantile(texts, name, labels, q):
+    """Prometheus' histogram_quantile of `name` over the buckets (summed over `texts`) of the
+    series whose line has every one of `labels`: (seconds, observations). NaN when there is
+    no observation or no +Inf bucket, as in Prometheus."""
+    buckets = {}
+    for text in texts:
+        for line in text.splitlines():
+            if not line.startswith(name + "_bucket{") or not all(x in line for x in labels):
+                continue
+            m = re.search(r'[{,]le="([^"]+)"', line)
+            if not m:
+                continue
+            le = math.inf if m.group(1) == "+Inf" else float(m.group(1))
+            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    total = buckets.get(math.inf, 0.0)
+    if total <= 0:
+        return float("nan"), total
+    rank, lower, below = q * total, 0.0, 0.0
+    for le in sorted(buckets):
+        if buckets[le] >= rank:
+            if math.isinf(le):
+                return lower, total
+            return lower + (le - lower) * (rank - below) / max(buckets[le] - below, 1e-9), total
+        lower, below = le, buckets[le]
+    return float("nan"), total
+
+
+def cmd_upstream_p99(*prefixes):
+    for prefix in prefixes:
+        texts = []
+        i = 1
+        while os.path.exists(f"{prefix}.k{i}.metrics"):
+            with open(f"{prefix}.k{i}.metrics") as f:
+                texts.append(f.read())
+            i += 1
+        parts = []
+        for broker in ("", "1", "2", "3"):
+            labels = ['api="Produce"'] + ([f'broker="{broker}"'] if broker else [])
+            p99, count = histogram_quantile(texts, UPSTREAM_LATENCY, labels, 0.99)
+            parts.append(f"{'broker ' + broker if broker else 'all'} {p99 * 1e3:.0f} ms ({count:.0f})")
+        print(f"{prefix}: {len(texts)} sidecars, Produce p99 (requests): " + ", ".join(parts))
 
 
 def read_producers(prefix, n, label):
@@ -510,7 +562,8 @@ def cmd_report(results, docs):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or "cmd_" + sys.argv[1] not in globals():
+    command = "cmd_" + sys.argv[1].replace("-", "_") if len(sys.argv) > 1 else ""
+    if command not in globals():
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    globals()["cmd_" + sys.argv[1]](*sys.argv[2:])
+    globals()[command](*sys.argv[2:])

@@ -11,6 +11,10 @@
 //! on at full speed in a queue of their own; with `slow_replicas` the whole broker is slow (a
 //! slow disk): replica writes share its one queue, and every partition it follows answers late.
 //!
+//! With a `burst` (the scenarios of the benches' capped relays), a leader is a token bucket
+//! rather than a server: requests pass at once while the bucket holds bytes, and wait at the
+//! link's rate behind a backlog.
+//!
 //! With a [`Wake`] cost, a job that finds its queue idle first pays a wake-up that grows with
 //! how long the queue was idle: the threads of a broker sent little sleep and must be woken,
 //! those of a busy one keep running. On the 2-core test machine lone requests to an idle broker
@@ -61,6 +65,12 @@ pub struct Shape {
     pub slow_replicas: bool,
     /// What an idle queue costs the job that wakes it (leader and replica queues alike).
     pub wake: Wake,
+    /// Bytes a leader that has been idle takes in at once, 0: none. A capped link of the
+    /// bench's relays is a token bucket (64 KiB deep, `relay/`), not a server: a request finding
+    /// the bucket full passes without waiting, and only a backlog waits at the link's rate.
+    /// Such a leader pays no [`Wake`], and its clock runs at the capacity a job finds, so it
+    /// is meant for fixed capacities (the benches' scenarios), not drops or antagonists.
+    pub burst: f64,
 }
 
 impl Shape {
@@ -116,7 +126,21 @@ impl Cluster {
     /// written it.
     pub fn lead(&mut self, b: usize, t: f64, bytes: f64, factor: f64) -> f64 {
         let work = self.shape.overhead + bytes / self.shape.capacity;
+        if self.shape.burst > 0.0 {
+            let factor = factor.max(1e-6);
+            let depth = self.shape.burst / (self.shape.capacity * factor);
+            return Self::pass(&mut self.front[b], t, work / factor, depth);
+        }
         Self::serve(&mut self.front[b], t, work, factor, self.shape.wake)
+    }
+
+    /// A job of `seconds` through a token bucket `depth` seconds deep: the queue's clock may
+    /// lag `t` by the depth (tokens saved while idle), and the job leaves when its clock has
+    /// served it, or at once if that is already past.
+    fn pass(q: &mut Queue, t: f64, seconds: f64, depth: f64) -> f64 {
+        let start = (t - depth).max(q.busy_until);
+        q.busy_until = start + seconds;
+        q.busy_until.max(t)
     }
 
     /// The followers of `b` fetch the request written at `t`: when the last has written it.

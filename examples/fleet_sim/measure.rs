@@ -129,6 +129,17 @@ impl Trace {
         }
     }
 
+    /// The oracle's share of `broker` averaged over `[from, to)` (an antagonist's changes
+    /// included).
+    pub fn oracle_mean(&self, broker: usize, from: f64, to: f64) -> f64 {
+        let (a, b) = self.bins(from, to);
+        let bins = &self.oracle[a.min(self.oracle.len())..b.min(self.oracle.len())];
+        if bins.is_empty() {
+            return 0.0;
+        }
+        bins.iter().map(|o| o[broker]).sum::<f64>() / bins.len() as f64
+    }
+
     /// The oracle's share of `broker` in the middle of `[from, to)`.
     pub fn oracle_share(&self, broker: usize, from: f64, to: f64) -> f64 {
         let mid = (((from + to) / 2.0) / BIN) as usize;

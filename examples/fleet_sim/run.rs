@@ -86,6 +86,16 @@ impl Pattern {
         }
     }
 
+    /// When the steady state of a pattern without a step begins: after a 20 s warm-up, and
+    /// for an antagonist the whole periods that cover its first 10 s (a drop's goals leave out
+    /// 10 s after the change; whole periods keep the slow and fast halves even).
+    pub fn steady_from(&self) -> f64 {
+        match self {
+            Pattern::Square { from, period, .. } => from + (10.0 / period).ceil() * period,
+            _ => 20.0,
+        }
+    }
+
     /// The step of a drop (start, end), if this pattern is one.
     pub fn step(&self) -> Option<(f64, f64)> {
         match self {
@@ -113,6 +123,9 @@ pub struct Scenario {
     pub phases: Phases,
     /// Mean request size, bytes.
     pub mean_bytes: f64,
+    /// Every request is `mean_bytes` (a bench's records of one size, one a request), not
+    /// exponentially distributed.
+    pub fixed_size: bool,
 }
 
 impl Scenario {
@@ -232,7 +245,11 @@ pub fn run(
                 trace.oracle.push(oracle.clone());
             }
             let s = rng.usize(..sidecars);
-            let bytes = (-rng.f64().max(1e-12).ln() * scenario.mean_bytes).max(64.0);
+            let bytes = if scenario.fixed_size {
+                scenario.mean_bytes
+            } else {
+                (-rng.f64().max(1e-12).ln() * scenario.mean_bytes).max(64.0)
+            };
             let b = fleet[s].choose(t, bytes, &common, &oracle, &mut rng);
             trace.bytes[bin][b] += bytes;
             let arrive = t + scenario.shape.net;
