@@ -68,7 +68,8 @@
 #   BENCH_KEEP_CLUSTER    [0]
 #   KROUTE_BIN            [target/release/kroute]   RDKAFKA_PERF_BIN [target/release/examples/rdkafka_perf]
 # Output: target/bench-fleet/ (results.tsv, results-<date>.tsv, report.md; raw/: per case the
-# samples, producer logs, kroute configs, logs and metrics).
+# samples, producer logs, kroute configs, logs and metrics, the latter also at the measured
+# window's start and end: kroute-N.kI.w0.metrics, .w1.metrics).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
@@ -123,6 +124,7 @@ topic_made=0
 KR_PIDS=()
 PRODUCER_PIDS=()
 SAMPLER_PID=
+SCRAPER_PID=
 
 stop_kroutes() {
   local p
@@ -136,6 +138,7 @@ cleanup() {
   set +e
   for p in "${PRODUCER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   [ -n "$SAMPLER_PID" ] && kill -TERM "$SAMPLER_PID" 2>/dev/null && wait "$SAMPLER_PID" 2>/dev/null
+  [ -n "$SCRAPER_PID" ] && kill -TERM "$SCRAPER_PID" 2>/dev/null && wait "$SCRAPER_PID" 2>/dev/null
   stop_kroutes
   if [ "$started_cluster" = 1 ] && [ "$KEEP_CLUSTER" != 1 ]; then
     say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1
@@ -200,6 +203,14 @@ start_kroutes() { # N
   say "$n kroutes ready (bootstrap ports $(kroute_port 1 4)..$(kroute_port "$n" 4) step 10)"
 }
 
+scrape_kroutes() { # TAG N SUFFIX: every sidecar's metrics to $RAW/TAG.kI.SUFFIX.metrics
+  local i
+  for ((i = 1; i <= $2; i++)); do
+    curl -fsS --max-time 5 "http://127.0.0.1:$(kroute_port "$i" 5)/metrics" >"$RAW/$1.k$i.$3.metrics" ||
+      say "cannot read kroute $i's metrics at $3"
+  done
+}
+
 run_case() { # CASE N [WARM_SECONDS]: CASE direct|kroute|warm
   local case=$1 n=$2 tag=$1-$2 i boot rate secs queue t_start failed=0
   secs=$((WARMUP + SECS))
@@ -220,10 +231,17 @@ run_case() { # CASE N [WARM_SECONDS]: CASE direct|kroute|warm
       >"$RAW/$tag.p$i.out" 2>"$RAW/$tag.p$i.err" &
     PRODUCER_PIDS+=($!)
   done
+  if [ "$case" = kroute ]; then
+    # the sidecars' histograms at the measured window's ends, so that their latency can be
+    # read for the window alone (bench/fleet_report.py upstream-p99)
+    (sleep "$WARMUP" && scrape_kroutes "$tag" "$n" w0 && sleep "$SECS" && scrape_kroutes "$tag" "$n" w1) &
+    SCRAPER_PID=$!
+  fi
   for ((i = 0; i < n; i++)); do
     wait "${PRODUCER_PIDS[$i]}" || { failed=1; tail -n 5 "$RAW/$tag.p$((i + 1)).err" >&2; }
   done
   PRODUCER_PIDS=()
+  if [ -n "$SCRAPER_PID" ]; then wait "$SCRAPER_PID" || true; SCRAPER_PID=; fi
   say "$tag: producers done after $(awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s"
   sleep 2
   kill -TERM "$SAMPLER_PID" 2>/dev/null; wait "$SAMPLER_PID" 2>/dev/null || true

@@ -17,9 +17,10 @@
   fleet_report.py upstream-p99 RAW_PREFIX...
       For each kroute case's raw files (e.g. target/bench-fleet/raw/kroute-4), the p99 latency
       of the Produce requests the sidecars sent the brokers, in all and per broker, from their
-      `kroute_upstream_request_duration_seconds` histograms (summed over the sidecars, over each
-      sidecar's whole run; interpolated within a bucket, as Prometheus' histogram_quantile does,
-      so no finer than the buckets: 20-50 ms is one). What the fleet simulator's p99 compares to.
+      `kroute_upstream_request_duration_seconds` histograms summed over the sidecars: over the
+      measured window (the scrapes at its ends, .w0/.w1) when the run has them, else over each
+      sidecar's whole run. Interpolated within a bucket, as Prometheus' histogram_quantile
+      does, so no finer than the buckets. What the fleet simulator's p99 compares to.
   fleet_report.py report RESULTS DOCS
       Prints the markdown section and replaces "## Part 2: N sidecars on real processes" in DOCS
       (creating DOCS with a one-line intro if it is missing; DOCS "none": print only). Run facts
@@ -203,10 +204,9 @@ def metric_sum(text, name, label=""):
 UPSTREAM_LATENCY = "kroute_upstream_request_duration_seconds"
 
 
-def histogram_quantile(texts, name, labels, q):
-    """Prometheus' histogram_quantile of `name` over the buckets (summed over `texts`) of the
-    series whose line has every one of `labels`: (seconds, observations). NaN when there is
-    no observation or no +Inf bucket, as in Prometheus."""
+def histogram_buckets(texts, name, labels):
+    """The buckets (upper bound -> count) of `name`, summed over `texts`, of the series whose
+    line has every one of `labels`."""
     buckets = {}
     for text in texts:
         for line in text.splitlines():
@@ -217,6 +217,12 @@ def histogram_quantile(texts, name, labels, q):
                 continue
             le = math.inf if m.group(1) == "+Inf" else float(m.group(1))
             buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def bucket_quantile(buckets, q):
+    """Prometheus' histogram_quantile over cumulative `buckets`: (seconds, observations). NaN
+    when there is no observation or no +Inf bucket, as in Prometheus."""
     total = buckets.get(math.inf, 0.0)
     if total <= 0:
         return float("nan"), total
@@ -230,20 +236,35 @@ def histogram_quantile(texts, name, labels, q):
     return float("nan"), total
 
 
+def read_texts(paths):
+    texts = []
+    for path in paths:
+        with open(path) as f:
+            texts.append(f.read())
+    return texts
+
+
 def cmd_upstream_p99(*prefixes):
     for prefix in prefixes:
-        texts = []
-        i = 1
-        while os.path.exists(f"{prefix}.k{i}.metrics"):
-            with open(f"{prefix}.k{i}.metrics") as f:
-                texts.append(f.read())
-            i += 1
+        n = 0
+        while os.path.exists(f"{prefix}.k{n + 1}.metrics"):
+            n += 1
+        ks = range(1, n + 1)
+        window = all(os.path.exists(f"{prefix}.k{i}.w{w}.metrics") for i in ks for w in (0, 1))
+        if window:
+            end = read_texts(f"{prefix}.k{i}.w1.metrics" for i in ks)
+            start = read_texts(f"{prefix}.k{i}.w0.metrics" for i in ks)
+        else:
+            end, start = read_texts(f"{prefix}.k{i}.metrics" for i in ks), []
         parts = []
         for broker in ("", "1", "2", "3"):
             labels = ['api="Produce"'] + ([f'broker="{broker}"'] if broker else [])
-            p99, count = histogram_quantile(texts, UPSTREAM_LATENCY, labels, 0.99)
-            parts.append(f"{'broker ' + broker if broker else 'all'} {p99 * 1e3:.0f} ms ({count:.0f})")
-        print(f"{prefix}: {len(texts)} sidecars, Produce p99 (requests): " + ", ".join(parts))
+            b1 = histogram_buckets(end, UPSTREAM_LATENCY, labels)
+            b0 = histogram_buckets(start, UPSTREAM_LATENCY, labels)
+            p99, count = bucket_quantile({le: c - b0.get(le, 0.0) for le, c in b1.items()}, 0.99)
+            parts.append(f"{'broker ' + broker if broker else 'all'} {p99 * 1e3:.1f} ms ({count:.0f})")
+        span = "the measured window" if window else "each sidecar's whole run"
+        print(f"{prefix}: {n} sidecars, Produce p99 over {span} (requests): " + ", ".join(parts))
 
 
 def read_producers(prefix, n, label):
