@@ -138,6 +138,7 @@ cleanup() {
   set +e
   for p in "${PRODUCER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   [ -n "$SAMPLER_PID" ] && kill -TERM "$SAMPLER_PID" 2>/dev/null && wait "$SAMPLER_PID" 2>/dev/null
+  [ -n "$SCRAPER_PID" ] && pkill -TERM -P "$SCRAPER_PID" 2>/dev/null
   [ -n "$SCRAPER_PID" ] && kill -TERM "$SCRAPER_PID" 2>/dev/null && wait "$SCRAPER_PID" 2>/dev/null
   stop_kroutes
   if [ "$started_cluster" = 1 ] && [ "$KEEP_CLUSTER" != 1 ]; then
@@ -204,10 +205,15 @@ start_kroutes() { # N
 }
 
 scrape_kroutes() { # TAG N SUFFIX: every sidecar's metrics to $RAW/TAG.kI.SUFFIX.metrics
-  local i
+  local i out
   for ((i = 1; i <= $2; i++)); do
-    curl -fsS --max-time 5 "http://127.0.0.1:$(kroute_port "$i" 5)/metrics" >"$RAW/$1.k$i.$3.metrics" ||
-      say "cannot read kroute $i's metrics at $3"
+    out=$RAW/$1.k$i.$3.metrics
+    # a failed read leaves no file (the report then reads the whole run instead)
+    if curl -fsS --max-time 5 "http://127.0.0.1:$(kroute_port "$i" 5)/metrics" >"$out.tmp"; then
+      mv -f "$out.tmp" "$out"
+    else
+      rm -f "$out.tmp"; say "cannot read kroute $i's metrics at $3"
+    fi
   done
 }
 

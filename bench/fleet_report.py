@@ -250,18 +250,24 @@ def cmd_upstream_p99(*prefixes):
         while os.path.exists(f"{prefix}.k{n + 1}.metrics"):
             n += 1
         ks = range(1, n + 1)
-        window = all(os.path.exists(f"{prefix}.k{i}.w{w}.metrics") for i in ks for w in (0, 1))
+        window = n > 0 and all(os.path.exists(f"{prefix}.k{i}.w{w}.metrics") for i in ks for w in (0, 1))
         if window:
             end = read_texts(f"{prefix}.k{i}.w1.metrics" for i in ks)
             start = read_texts(f"{prefix}.k{i}.w0.metrics" for i in ks)
-        else:
+            # a scrape cut short, or a sidecar restarted in between, would not be a window
+            window = all('le="+Inf"' in t for t in end + start)
+        if not window:
             end, start = read_texts(f"{prefix}.k{i}.metrics" for i in ks), []
         parts = []
         for broker in ("", "1", "2", "3"):
             labels = ['api="Produce"'] + ([f'broker="{broker}"'] if broker else [])
             b1 = histogram_buckets(end, UPSTREAM_LATENCY, labels)
             b0 = histogram_buckets(start, UPSTREAM_LATENCY, labels)
-            p99, count = bucket_quantile({le: c - b0.get(le, 0.0) for le, c in b1.items()}, 0.99)
+            delta = {le: c - b0.get(le, 0.0) for le, c in b1.items()}
+            if any(c < 0 for c in delta.values()):
+                print(f"{prefix}: a counter went down between the window's ends", file=sys.stderr)
+                delta = {}
+            p99, count = bucket_quantile(delta, 0.99)
             parts.append(f"{'broker ' + broker if broker else 'all'} {p99 * 1e3:.1f} ms ({count:.0f})")
         span = "the measured window" if window else "each sidecar's whole run"
         print(f"{prefix}: {n} sidecars, Produce p99 over {span} (requests): " + ", ".join(parts))

@@ -20,9 +20,9 @@ use crate::skew::traffic::{Class, ProduceTraffic};
 pub const UPSTREAM_LATENCY: &str = "kroute_upstream_request_duration_seconds";
 
 /// Bucket bounds in seconds: sub-millisecond loopback answers up to long-poll fetches. From 1
-/// ms to 1 s each bound is at most 1.5x the one before, so a quantile read within a bucket is
-/// close: with steps of 2-2.5x a p99 could only be placed somewhere between 20 and 50 ms, too
-/// coarse to hold the fleet simulator to a real run (docs/fleet.md, part 3).
+/// ms to 1 s each bound is at most 1.5x the one before, so a quantile is placed within 1.5x:
+/// with steps of 2-2.5x a p99 could only be placed somewhere between 20 and 50 ms, too coarse
+/// to hold the fleet simulator to a real run (docs/fleet.md, part 3).
 pub const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05,
     0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0,
