@@ -138,8 +138,10 @@ cleanup() {
   set +e
   for p in "${PRODUCER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   [ -n "$SAMPLER_PID" ] && kill -TERM "$SAMPLER_PID" 2>/dev/null && wait "$SAMPLER_PID" 2>/dev/null
-  [ -n "$SCRAPER_PID" ] && pkill -TERM -P "$SCRAPER_PID" 2>/dev/null
-  [ -n "$SCRAPER_PID" ] && kill -TERM "$SCRAPER_PID" 2>/dev/null && wait "$SCRAPER_PID" 2>/dev/null
+  if [ -n "$SCRAPER_PID" ]; then # its sleep or curl first, then the subshell
+    pkill -TERM -P "$SCRAPER_PID" 2>/dev/null
+    kill -TERM "$SCRAPER_PID" 2>/dev/null && wait "$SCRAPER_PID" 2>/dev/null
+  fi
   stop_kroutes
   if [ "$started_cluster" = 1 ] && [ "$KEEP_CLUSTER" != 1 ]; then
     say "stopping the cluster (started by this run)"; scripts/cluster.sh stop >/dev/null 2>&1

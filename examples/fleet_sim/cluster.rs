@@ -11,8 +11,8 @@
 //! on at full speed in a queue of their own; with `slow_replicas` the whole broker is slow (a
 //! slow disk): replica writes share its one queue, and every partition it follows answers late.
 //!
-//! With a `burst` (the scenarios of the benches' capped relays), a leader is a token bucket
-//! rather than a server: requests pass at once while the bucket holds bytes, and wait at the
+//! With a `burst` (`fleet-bench`: part 2's capped relays), a leader is a token bucket rather
+//! than a server: requests pass at once while the bucket holds bytes, and wait at the
 //! link's rate behind a backlog.
 //!
 //! With a [`Wake`] cost, a job that finds its queue idle first pays a wake-up that grows with
@@ -69,7 +69,7 @@ pub struct Shape {
     /// bench's relays is a token bucket (64 KiB deep, `relay/`), not a server: a request finding
     /// the bucket full passes without waiting, and only a backlog waits at the link's rate.
     /// Such a leader pays no [`Wake`], and its clock runs at the capacity a job finds, so it
-    /// is meant for fixed capacities (the benches' scenarios), not drops or antagonists.
+    /// is meant for fixed capacities (`fleet-bench`), not drops or antagonists.
     pub burst: f64,
 }
 
